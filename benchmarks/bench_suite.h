@@ -1,0 +1,41 @@
+// Benchmark suites shared by `posbias bench` and the Google Benchmark
+// programs: each case is timed together with its same-run baselines, and
+// results are reported as medians with ratios.
+#ifndef POSBIAS_BENCHMARKS_BENCH_SUITE_H_
+#define POSBIAS_BENCHMARKS_BENCH_SUITE_H_
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace posbias::bench {
+
+struct BenchOptions {
+  int repetitions = 11;   // timed runs per case (median reported)
+  int warmup = 2;         // untimed runs first
+  bool json = false;      // JSON lines instead of a table
+  bool quick = false;     // smaller sizes (for tests of the harness itself)
+};
+
+struct CaseResult {
+  std::string name;                        // e.g. "alibi_h16_n4096_f32"
+  double median_ms = 0;                    // ours
+  std::map<std::string, double> baselines; // baseline name -> median ms
+  std::map<std::string, double> extra;     // other figures (GB/s, ratios)
+  std::string note;
+};
+
+// Names of the suites run_suite accepts ("alibi", ...).
+std::vector<std::string> suite_names();
+
+// Runs a suite and writes its report to `out`: one JSON object per line per
+// case with at least "case", "median_ms" and "baselines" when options.json,
+// else a readable table. Throws std::invalid_argument for an unknown suite.
+std::vector<CaseResult> run_suite(const std::string& suite,
+                                  const BenchOptions& options,
+                                  std::ostream& out);
+
+}  // namespace posbias::bench
+
+#endif  // POSBIAS_BENCHMARKS_BENCH_SUITE_H_

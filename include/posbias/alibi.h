@@ -1,0 +1,195 @@
+// ALiBi bias matrices: free functions that write them, the cached module of
+// zeta / x-transformers (AlibiPositionalBias), and the generic builder of the
+// "ALiBi" seed document (AlibiBias).
+//
+// Position convention (AlibiPositionalBias and the free functions): queries
+// are the LAST i of the j key positions (bottom-right alignment, as in
+// x-transformers and FlashAttention-2). The query of row r sits at position
+// q_r = j - i + r, the key of column c at position c, and
+//
+//     bias[h][r][c] = -slope[h] * |c - q_r|
+//
+// so a decode step (i = 1) against j cached keys sees the right distances.
+// i > j is allowed (query positions then start below zero). Outputs are
+// contiguous row-major [heads, i, j] unless documented otherwise.
+//
+// Numerics: slope * distance is computed in float32 (one rounding, the
+// distance itself converted exactly from an integer while below 2^24) and, for
+// a 16-bit output dtype, rounded once more to nearest even. Zero distance
+// gives +0.0, as in the PyTorch references.
+//
+// Errors: std::invalid_argument (bad heads, lengths, slopes, positions) and
+// std::length_error (an element count that overflows or needs more memory
+// than the machine has), always with the values in the message and before
+// anything is allocated.
+#ifndef POSBIAS_ALIBI_H_
+#define POSBIAS_ALIBI_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "posbias/dtype.h"
+#include "posbias/tensor.h"
+
+namespace posbias {
+
+/// The bias of `slopes.size()` heads followed by `total_heads -
+/// slopes.size()` all-zero heads: shape [total_heads, i, j],
+/// bias[h][r][c] = -slopes[h] * |c - (j - i + r)|.
+/// Requires 1 <= slopes.size() <= total_heads, finite slopes, i, j >= 0.
+/// One pass over the output, threaded (OpenMP over rows), vectorised
+/// (Highway, run-time dispatch), with streaming stores once the output is
+/// larger than the last-level cache can usefully hold.
+Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads,
+                  std::int64_t i, std::int64_t j,
+                  DType dtype = DType::kFloat32);
+
+/// As alibi_bias, written into caller-owned memory: `out` must hold
+/// total_heads * i * j contiguous elements of `dtype` (any alignment). For
+/// inference engines that own their buffers; allocates nothing.
+void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
+                     std::int64_t i, std::int64_t j, DType dtype, void* out);
+
+/// Arbitrary positions (packed sequences, chunked prefill, context
+/// parallelism): shape [total_heads, q_pos.size(), k_pos.size()],
+/// bias[h][r][c] = -slopes[h] * |k_pos[c] - q_pos[r]|, zero heads appended.
+/// Positions are any int64 values whose differences fit in int64.
+Tensor alibi_bias_custom_pos(const std::vector<float>& slopes,
+                             std::int64_t total_heads,
+                             const std::vector<std::int64_t>& q_pos,
+                             const std::vector<std::int64_t>& k_pos,
+                             DType dtype = DType::kFloat32);
+
+/// The module of zeta's AlibiPositionalBias documentation, with
+/// x-transformers' behaviour and a corrected cache.
+///
+///   posbias::AlibiPositionalBias bias_module(/*heads=*/4, /*total_heads=*/8);
+///   posbias::Tensor bias = bias_module.forward(10, 10);  // [8, 10, 10]
+///   bias = bias_module.forward(5, 5);   // served from the stored bias
+///   bias = bias_module.forward(8, 15);  // computed, and now stored
+///
+/// Cache: the module keeps one stored bias (rows x cols). A request with
+/// i <= rows and j <= cols is its bottom-right block [:, rows-i:, cols-j:],
+/// returned as a view in O(1) with no copy; by the position convention this
+/// equals a fresh build exactly. (zeta's transformer.py returns the top-left
+/// block, which is wrong whenever j - i differs from cols - rows, e.g. decode
+/// after prefill.) Any other request is computed fresh, at exactly [T, i, j],
+/// and replaces the stored bias when it has at least as many elements, so the
+/// module keeps its largest result. The stored bias is bounded by
+/// cache_limit_bytes() (default 1 GiB per module; larger results are
+/// returned but not stored).
+///
+/// Thread safety: every const and non-const member may be called from many
+/// threads at once. Computation happens outside the lock; a result handed out
+/// shares ownership of its storage and stays valid when the cache is replaced
+/// or cleared.
+class AlibiPositionalBias {
+ public:
+  /// `heads` heads with alibi_slopes(heads), `total_heads - heads` zero heads
+  /// appended (total_heads defaults to heads). Requires heads >= 1 and
+  /// total_heads >= heads.
+  explicit AlibiPositionalBias(std::int64_t heads,
+                               std::optional<std::int64_t> total_heads = std::nullopt,
+                               DType dtype = DType::kFloat32);
+
+  /// Custom slopes, one per biased head: `slopes.size()` must equal `heads`
+  /// (a custom list sets the number of biased heads). Slopes must be finite;
+  /// they are used as given (positive slopes penalise distance).
+  AlibiPositionalBias(std::int64_t heads, std::optional<std::int64_t> total_heads,
+                      std::vector<float> slopes, DType dtype = DType::kFloat32);
+
+  /// The bias [total_heads, i, j] in dtype(); see the class comment for the
+  /// cache. i, j >= 0.
+  Tensor forward(std::int64_t i, std::int64_t j) const;
+
+  /// The slope-free distance matrix -|c - q_r|, shape [1, i, j], in dtype().
+  /// Not cached.
+  Tensor get_bias(std::int64_t i, std::int64_t j) const;
+
+  /// bias[h][r][c] = -slope[h] * |k_pos[c] - q_pos[r]| with zero heads, shape
+  /// [total_heads, q_pos.size(), k_pos.size()]. Not cached.
+  Tensor forward_custom_pos(const std::vector<std::int64_t>& q_pos,
+                            const std::vector<std::int64_t>& k_pos) const;
+
+  std::int64_t heads() const { return heads_; }
+  std::int64_t total_heads() const { return total_heads_; }
+  /// The float32 slopes of the biased heads (never cast to dtype()).
+  const std::vector<float>& slopes() const { return slopes_; }
+  DType dtype() const;
+
+  /// Changes the output dtype (like `module.to(torch.float16)`, except that
+  /// the slopes stay float32). Drops the stored bias.
+  void set_dtype(DType dtype);
+
+  /// The shape {total_heads, rows, cols} of the stored bias, or {} if none.
+  std::vector<std::int64_t> cached_shape() const;
+  /// Drops the stored bias (results already handed out stay valid).
+  void clear_cache();
+  /// Largest stored bias in bytes; 0 disables storing.
+  std::size_t cache_limit_bytes() const;
+  void set_cache_limit_bytes(std::size_t bytes);
+
+ private:
+  std::int64_t heads_;
+  std::int64_t total_heads_;
+  std::vector<float> slopes_;
+  mutable std::mutex mutex_;  // guards the members below
+  DType dtype_;
+  std::size_t cache_limit_bytes_ = std::size_t{1} << 30;
+  mutable Tensor cache_;  // [total_heads, rows, cols] or empty
+  mutable bool has_cache_ = false;
+};
+
+/// The generic builder of the "ALiBi" seed document, with its own top-left
+/// convention: query q = r, key k = c, and
+///
+///     causal:     bias[0][h][r][c] = slope[h] * max(r - c, 0)
+///     non-causal: bias[0][h][r][c] = slope[h] * |r - c|
+///
+/// (future keys get 0 in the causal form; masking them is separate). Slopes
+/// are used with their sign as given; the default is the seed's
+/// linspace(-0.05, -0.5, n_heads), negative, computed as torch.linspace does in
+/// float32 (n_heads = 1 gives {-0.05}).
+///
+///   posbias::AlibiBias alibi(/*n_heads=*/1, /*causal=*/false, {-0.2f});
+///   posbias::Tensor b = alibi.build(3, 3);  // [1, 1, 3, 3]
+///   // b[0][0] = {{0, -0.2, -0.4}, {-0.2, 0, -0.2}, {-0.4, -0.2, 0}}
+///
+/// build() caches its last result keyed by everything that changes it
+/// (q_len, k_len, dtype), returning the same storage on a repeat call.
+/// Thread-safe like AlibiPositionalBias.
+class AlibiBias {
+ public:
+  /// n_heads >= 1; `slopes` empty means the default, else exactly n_heads
+  /// finite values.
+  explicit AlibiBias(std::int64_t n_heads, bool causal = true,
+                     std::vector<float> slopes = {});
+
+  /// The bias [1, n_heads, q_len, k_len]; q_len, k_len >= 0.
+  Tensor build(std::int64_t q_len, std::int64_t k_len,
+               DType dtype = DType::kFloat32) const;
+
+  std::int64_t n_heads() const { return n_heads_; }
+  bool causal() const { return causal_; }
+  const std::vector<float>& slopes() const { return slopes_; }
+
+  /// torch.linspace(-0.05, -0.5, n) in float32, the seed's default slopes.
+  static std::vector<float> default_slopes(std::int64_t n_heads);
+
+ private:
+  std::int64_t n_heads_;
+  bool causal_;
+  std::vector<float> slopes_;
+  mutable std::mutex mutex_;
+  mutable Tensor cache_;
+  mutable bool has_cache_ = false;
+  mutable std::int64_t cached_q_ = -1, cached_k_ = -1;
+  mutable DType cached_dtype_ = DType::kFloat32;
+};
+
+}  // namespace posbias
+
+#endif  // POSBIAS_ALIBI_H_

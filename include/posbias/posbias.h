@@ -1,0 +1,21 @@
+// posbias: positional biases for attention (ALiBi, and more to come), exact
+// against the PyTorch references and written at memory speed.
+//
+//   #include <posbias/posbias.h>
+//
+//   posbias::AlibiPositionalBias alibi(/*heads=*/4, /*total_heads=*/8);
+//   posbias::Tensor bias = alibi.forward(/*i=*/10, /*j=*/10);  // [8, 10, 10]
+//   std::cout << posbias::format_tensor(bias) << "\n";
+//
+// Link with the CMake target posbias::posbias (find_package(posbias CONFIG)
+// or add_subdirectory), or with pkg-config's `posbias`.
+#ifndef POSBIAS_POSBIAS_H_
+#define POSBIAS_POSBIAS_H_
+
+#include "posbias/alibi.h"
+#include "posbias/dtype.h"
+#include "posbias/slopes.h"
+#include "posbias/tensor.h"
+#include "posbias/version.h"
+
+#endif  // POSBIAS_POSBIAS_H_

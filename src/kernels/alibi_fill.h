@@ -1,0 +1,52 @@
+// Internal: the kernel that writes ALiBi-style bias matrices. Not installed.
+//
+// One call writes `heads` planes of rows x cols values,
+//
+//     value(h, r, c) = scale[h] * dist(q0 + r, c)   (then +0.0 if canonical_zero)
+//     dist(q, c)     = |c - q|         (kAbs)
+//                      max(q - c, 0)   (kCausalClamp)
+//
+// converted to `dtype` (16-bit: rounded once, to nearest even) and stored
+// contiguously at `out`. The caller has checked every argument.
+#ifndef POSBIAS_SRC_KERNELS_ALIBI_FILL_H_
+#define POSBIAS_SRC_KERNELS_ALIBI_FILL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "posbias/dtype.h"
+
+namespace posbias::detail {
+
+enum class DistanceKind : std::uint8_t { kAbs, kCausalClamp };
+
+struct AlibiFillParams {
+  const float* scale = nullptr;  // [heads]
+  std::int64_t heads = 0;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t q0 = 0;  // position of row 0
+  DistanceKind kind = DistanceKind::kAbs;
+  bool canonical_zero = true;  // turn -0.0 into +0.0
+  DType dtype = DType::kFloat32;
+  void* out = nullptr;
+};
+
+// Outputs at least this large are written with non-temporal (streaming)
+// stores: they would not stay in cache for the consumer anyway, and streaming
+// skips the read-for-ownership of every destination line.
+std::size_t alibi_stream_threshold_bytes();
+
+// Writes the bias with the best instruction set of this CPU (Highway dynamic
+// dispatch), threads over rows (OpenMP). `stream` selects non-temporal stores.
+void alibi_fill(const AlibiFillParams& p, bool stream);
+
+// Same, on the current thread only (no OpenMP region): rows [row_begin,
+// row_end) of the flattened heads*rows row space. Used by alibi_fill and by
+// tests that check every compiled target.
+void alibi_fill_rows(const AlibiFillParams& p, std::int64_t row_begin,
+                     std::int64_t row_end, bool stream);
+
+}  // namespace posbias::detail
+
+#endif  // POSBIAS_SRC_KERNELS_ALIBI_FILL_H_

@@ -1,0 +1,424 @@
+#include "posbias/tensor.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <type_traits>
+
+#include "checks.h"
+
+namespace posbias {
+namespace {
+
+std::vector<std::int64_t> row_major_strides(
+    const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> strides(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) {
+    strides[d - 1] = strides[d] * std::max<std::int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+float load_as_float(const void* base, DType dtype, std::int64_t index) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[index];
+    case DType::kBFloat16:
+      return to_float(static_cast<const bfloat16*>(base)[index]);
+    case DType::kFloat16:
+      return to_float(static_cast<const float16*>(base)[index]);
+  }
+  return 0.0f;
+}
+
+void store_from_float(void* base, DType dtype, std::int64_t index, float v) {
+  switch (dtype) {
+    case DType::kFloat32:
+      static_cast<float*>(base)[index] = v;
+      break;
+    case DType::kBFloat16:
+      static_cast<bfloat16*>(base)[index] = to_bfloat16(v);
+      break;
+    case DType::kFloat16:
+      static_cast<float16*>(base)[index] = to_float16(v);
+      break;
+  }
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, bfloat16>) return DType::kBFloat16;
+  return DType::kFloat16;
+}
+
+// Calls fn(storage_index) for every element in row-major order.
+template <typename Fn>
+void for_each_index(const std::vector<std::int64_t>& shape,
+                    const std::vector<std::int64_t>& strides,
+                    std::int64_t offset, Fn&& fn) {
+  for (std::int64_t e : shape) {
+    if (e == 0) return;
+  }
+  const std::size_t nd = shape.size();
+  std::vector<std::int64_t> idx(nd, 0);
+  std::int64_t pos = offset;
+  while (true) {
+    fn(pos);
+    std::size_t d = nd;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < shape[d]) {
+        pos += strides[d];
+        break;
+      }
+      pos -= strides[d] * (shape[d] - 1);
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (nd == 0) return;
+  }
+}
+
+}  // namespace
+
+Tensor::Tensor() : shape_{0}, strides_{1} {}
+
+Tensor Tensor::empty(const std::vector<std::int64_t>& shape, DType dtype) {
+  const std::int64_t n = detail::checked_numel(shape, dtype);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.strides_ = row_major_strides(shape);
+  // Round up to whole cache lines so vector kernels may store full vectors.
+  const std::size_t bytes =
+      (static_cast<std::size_t>(n) * dtype_size(dtype) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  if (p == nullptr) {
+    throw std::length_error("could not allocate " + std::to_string(bytes) +
+                            " bytes for a tensor of shape " +
+                            detail::shape_string(shape));
+  }
+  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return t;
+}
+
+Tensor Tensor::full(const std::vector<std::int64_t>& shape, float value,
+                    DType dtype) {
+  Tensor t = empty(shape, dtype);
+  const std::int64_t n = t.numel();
+  for (std::int64_t k = 0; k < n; ++k) store_from_float(t.raw_mutable_data(), dtype, k, value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<std::int64_t>& shape,
+                           const std::vector<float>& values) {
+  Tensor t = empty(shape, DType::kFloat32);
+  if (t.numel() != static_cast<std::int64_t>(values.size())) {
+    throw std::invalid_argument("from_vector: shape " + detail::shape_string(shape) +
+                                " holds " + std::to_string(t.numel()) +
+                                " elements, got " + std::to_string(values.size()));
+  }
+  std::copy(values.begin(), values.end(), t.mutable_data<float>());
+  return t;
+}
+
+std::int64_t Tensor::size(std::int64_t d) const {
+  const std::int64_t nd = dim();
+  const std::int64_t k = d < 0 ? d + nd : d;
+  if (k < 0 || k >= nd) {
+    throw std::invalid_argument("dimension " + std::to_string(d) +
+                                " out of range for a " + std::to_string(nd) +
+                                "-d tensor");
+  }
+  return shape_[static_cast<std::size_t>(k)];
+}
+
+std::int64_t Tensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t e : shape_) n *= e;
+  return n;
+}
+
+bool Tensor::is_contiguous() const {
+  return strides_ == row_major_strides(shape_) || numel() == 0;
+}
+
+template <typename T>
+const T* Tensor::data() const {
+  if (dtype_of<T>() != dtype_) {
+    throw std::invalid_argument("Tensor::data<" + dtype_name(dtype_of<T>()) +
+                                ">() on a " + dtype_name(dtype_) + " tensor");
+  }
+  return static_cast<const T*>(storage_.get()) + offset_;
+}
+
+template <typename T>
+T* Tensor::mutable_data() {
+  return const_cast<T*>(static_cast<const Tensor*>(this)->data<T>());
+}
+
+template const float* Tensor::data<float>() const;
+template const bfloat16* Tensor::data<bfloat16>() const;
+template const float16* Tensor::data<float16>() const;
+template float* Tensor::mutable_data<float>();
+template bfloat16* Tensor::mutable_data<bfloat16>();
+template float16* Tensor::mutable_data<float16>();
+
+const void* Tensor::raw_data() const {
+  if (!storage_) return nullptr;
+  return static_cast<const char*>(storage_.get()) +
+         offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+}
+
+void* Tensor::raw_mutable_data() { return const_cast<void*>(raw_data()); }
+
+float Tensor::at(const std::vector<std::int64_t>& index) const {
+  if (index.size() != shape_.size()) {
+    throw std::invalid_argument("Tensor::at: index " + detail::shape_string(index) +
+                                " for a tensor of shape " +
+                                detail::shape_string(shape_));
+  }
+  std::int64_t pos = offset_;
+  for (std::size_t d = 0; d < index.size(); ++d) {
+    if (index[d] < 0 || index[d] >= shape_[d]) {
+      throw std::invalid_argument("Tensor::at: index " + detail::shape_string(index) +
+                                  " out of range for shape " +
+                                  detail::shape_string(shape_));
+    }
+    pos += index[d] * strides_[d];
+  }
+  return load_as_float(storage_.get(), dtype_, pos);
+}
+
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end) const {
+  const std::int64_t extent = size(d);
+  const std::size_t k = static_cast<std::size_t>(d < 0 ? d + dim() : d);
+  if (start < 0 || end < start || end > extent) {
+    throw std::invalid_argument("Tensor::slice: [" + std::to_string(start) + ", " +
+                                std::to_string(end) + ") out of range for extent " +
+                                std::to_string(extent));
+  }
+  Tensor t = *this;
+  t.offset_ += start * strides_[k];
+  t.shape_[k] = end - start;
+  return t;
+}
+
+Tensor Tensor::contiguous_copy() const { return to(dtype_); }
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype);
+  std::int64_t k = 0;
+  void* dst = out.raw_mutable_data();
+  for_each_index(shape_, strides_, offset_, [&](std::int64_t pos) {
+    store_from_float(dst, dtype, k++, load_as_float(storage_.get(), dtype_, pos));
+  });
+  // 16-bit -> 16-bit of the same type copies bits exactly: the float32
+  // round trip of a bfloat16 or float16 value is exact.
+  return out;
+}
+
+std::vector<float> Tensor::to_float_vector() const {
+  std::vector<float> values;
+  values.reserve(static_cast<std::size_t>(numel()));
+  for_each_index(shape_, strides_, offset_, [&](std::int64_t pos) {
+    values.push_back(load_as_float(storage_.get(), dtype_, pos));
+  });
+  return values;
+}
+
+bool Tensor::shares_storage_with(const Tensor& other) const {
+  return storage_ && storage_ == other.storage_;
+}
+
+// ---------------------------------------------------------------- printing
+
+std::string format_float_roundtrip(float value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, value);
+  return std::string(buf, res.ptr);
+}
+
+std::string to_json(const Tensor& t) {
+  std::string s = "{\"shape\": [";
+  for (std::size_t d = 0; d < t.shape().size(); ++d) {
+    if (d) s += ", ";
+    s += std::to_string(t.shape()[d]);
+  }
+  s += "], \"data\": [";
+  bool first = true;
+  for (float v : t.to_float_vector()) {
+    if (!first) s += ", ";
+    first = false;
+    if (std::isfinite(v)) {
+      s += format_float_roundtrip(v);
+    } else {
+      s += "\"" + format_float_roundtrip(v) + "\"";
+    }
+  }
+  s += "]}";
+  return s;
+}
+
+namespace {
+
+// PyTorch's print options: precision 4, threshold 1000, edgeitems 3,
+// linewidth 80 (torch/_tensor_str.py).
+constexpr int kPrecision = 4;
+constexpr std::int64_t kThreshold = 1000;
+constexpr std::int64_t kEdgeItems = 3;
+constexpr int kLineWidth = 80;
+
+class Formatter {
+ public:
+  explicit Formatter(const std::vector<float>& shown) {
+    std::vector<float> nonzero_finite;
+    for (float v : shown) {
+      if (std::isfinite(v) && v != 0.0f) nonzero_finite.push_back(std::fabs(v));
+    }
+    int_mode_ = true;
+    for (float v : nonzero_finite) {
+      if (v != std::ceil(v)) {
+        int_mode_ = false;
+        break;
+      }
+    }
+    if (!nonzero_finite.empty()) {
+      const double mx = *std::max_element(nonzero_finite.begin(), nonzero_finite.end());
+      const double mn = *std::min_element(nonzero_finite.begin(), nonzero_finite.end());
+      if (int_mode_) {
+        sci_mode_ = mx / mn > 1000.0 || mx > 1.0e8;
+      } else {
+        sci_mode_ = mx / mn > 1000.0 || mx > 1.0e8 || mn < 1.0e-4;
+      }
+    }
+    for (float v : shown) width_ = std::max(width_, format_raw(v).size());
+  }
+
+  std::string format(float v) const {
+    std::string s = format_raw(v);
+    return std::string(width_ - s.size(), ' ') + s;
+  }
+  std::size_t width() const { return width_; }
+
+ private:
+  std::string format_raw(float v) const {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    char buf[64];
+    if (sci_mode_) {
+      std::snprintf(buf, sizeof buf, "%.*e", kPrecision, static_cast<double>(v));
+    } else if (int_mode_) {
+      std::snprintf(buf, sizeof buf, "%.0f.", static_cast<double>(v));
+    } else {
+      std::snprintf(buf, sizeof buf, "%.*f", kPrecision, static_cast<double>(v));
+    }
+    return buf;
+  }
+
+  bool int_mode_ = true;
+  bool sci_mode_ = false;
+  std::size_t width_ = 1;
+};
+
+// Indices of dimension `extent` that are shown: all, or the first and last
+// kEdgeItems with a gap marker (-1) between.
+std::vector<std::int64_t> shown_indices(std::int64_t extent, bool summarize) {
+  std::vector<std::int64_t> idx;
+  if (summarize && extent > 2 * kEdgeItems) {
+    for (std::int64_t k = 0; k < kEdgeItems; ++k) idx.push_back(k);
+    idx.push_back(-1);
+    for (std::int64_t k = extent - kEdgeItems; k < extent; ++k) idx.push_back(k);
+  } else {
+    for (std::int64_t k = 0; k < extent; ++k) idx.push_back(k);
+  }
+  return idx;
+}
+
+void collect_shown(const Tensor& t, std::size_t d, std::vector<std::int64_t>& index,
+                   bool summarize, std::vector<float>& out) {
+  if (d == t.shape().size()) {
+    out.push_back(t.at(index));
+    return;
+  }
+  for (std::int64_t k : shown_indices(t.shape()[d], summarize)) {
+    if (k < 0) continue;
+    index[d] = k;
+    collect_shown(t, d + 1, index, summarize, out);
+  }
+}
+
+std::string format_rec(const Tensor& t, std::size_t d, std::vector<std::int64_t>& index,
+                       bool summarize, const Formatter& fmt, int indent) {
+  const std::size_t nd = t.shape().size();
+  if (d + 1 == nd) {
+    std::vector<std::string> items;
+    for (std::int64_t k : shown_indices(t.shape()[d], summarize)) {
+      if (k < 0) {
+        items.push_back(" ...");
+        continue;
+      }
+      index[d] = k;
+      items.push_back(fmt.format(t.at(index)));
+    }
+    const std::size_t element_length = fmt.width() + 2;
+    const std::size_t per_line = std::max<std::size_t>(
+        1, static_cast<std::size_t>((kLineWidth - indent) / static_cast<int>(element_length)));
+    std::string s = "[";
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      if (k > 0) {
+        s += (k % per_line == 0) ? ",\n" + std::string(static_cast<std::size_t>(indent) + 1, ' ')
+                                 : ", ";
+      }
+      s += items[k];
+    }
+    return s + "]";
+  }
+  std::string sep = "," + std::string(nd - d - 1, '\n') +
+                    std::string(static_cast<std::size_t>(indent) + 1, ' ');
+  std::string s = "[";
+  bool first = true;
+  for (std::int64_t k : shown_indices(t.shape()[d], summarize)) {
+    if (!first) s += sep;
+    first = false;
+    if (k < 0) {
+      s += "...";
+      continue;
+    }
+    index[d] = k;
+    s += format_rec(t, d + 1, index, summarize, fmt, indent + 1);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+std::string format_tensor(const Tensor& t) {
+  std::string suffix;
+  if (t.dtype() != DType::kFloat32) suffix = ", dtype=" + dtype_name(t.dtype());
+  if (t.numel() == 0) {
+    std::string size = "(";
+    for (std::size_t d = 0; d < t.shape().size(); ++d) {
+      if (d) size += ", ";
+      size += std::to_string(t.shape()[d]);
+    }
+    if (t.shape().size() == 1) size += ",";
+    size += ")";
+    return "tensor([], size=" + size + suffix + ")";
+  }
+  const bool summarize = t.numel() > kThreshold;
+  std::vector<std::int64_t> index(t.shape().size(), 0);
+  std::vector<float> shown;
+  collect_shown(t, 0, index, summarize, shown);
+  const Formatter fmt(shown);
+  if (t.shape().empty()) return "tensor(" + fmt.format(t.at({})) + suffix + ")";
+  return "tensor(" + format_rec(t, 0, index, summarize, fmt, 7) + suffix + ")";
+}
+
+}  // namespace posbias
