@@ -65,7 +65,7 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
                       n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes)) {
     throw std::length_error("tensor of shape " + shape_string(shape) + " (" +
                             dtype_name(dtype) +
-                            ") has more elements than an int64 can count");
+                            ") is too large: its size in bytes overflows int64");
   }
   if (static_cast<std::size_t>(bytes) > physical_memory_bytes()) {
     throw std::length_error(

@@ -1,0 +1,284 @@
+// ALiBi matrices against a naive reference, over many shapes, head counts,
+// dtypes, every compiled instruction set, and both store paths.
+#include "posbias/alibi.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/alibi_fill.h"
+#include "posbias/slopes.h"
+
+namespace posbias {
+namespace {
+
+// The naive reference, straight from SPEC.md: q_r = j - i + r,
+// bias = -m * |c - q_r| (+0.0 at distance 0), zero heads after `slopes`.
+std::vector<float> naive_alibi(const std::vector<float>& slopes, std::int64_t total,
+                               std::int64_t i, std::int64_t j) {
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(total * i * j));
+  for (std::int64_t h = 0; h < total; ++h) {
+    for (std::int64_t r = 0; r < i; ++r) {
+      for (std::int64_t c = 0; c < j; ++c) {
+        if (h >= static_cast<std::int64_t>(slopes.size())) {
+          out.push_back(0.0f);
+          continue;
+        }
+        const std::int64_t q = j - i + r;
+        const float dist = static_cast<float>(std::llabs(c - q));
+        const float v = slopes[static_cast<std::size_t>(h)] * dist;
+        out.push_back(v == 0.0f ? 0.0f : -v);
+      }
+    }
+  }
+  return out;
+}
+
+float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v;
+    case DType::kBFloat16:
+      return to_float(to_bfloat16(v));
+    case DType::kFloat16:
+      return to_float(to_float16(v));
+  }
+  return v;
+}
+
+// Bitwise equality (so +0 vs -0 and every last bit count).
+void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (float_bits(got[k]) != float_bits(want[k])) {
+      FAIL() << what << ": element " << k << " is " << got[k] << ", expected " << want[k];
+    }
+  }
+}
+
+struct Shape {
+  std::int64_t heads, total, i, j;
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> s;
+  for (std::int64_t heads : {1, 3, 8, 12}) {
+    for (std::int64_t extra : {0, 2}) {
+      for (std::int64_t i : {0, 1, 2, 7, 16, 33}) {
+        for (std::int64_t j : {0, 1, 5, 16, 17, 64, 100, 257}) {
+          s.push_back({heads, heads + extra, i, j});
+        }
+      }
+    }
+  }
+  s.push_back({2, 2, 50, 10});   // i > j: query positions below zero
+  s.push_back({16, 16, 1, 4099});  // decode row
+  return s;
+}
+
+TEST(AlibiBias, MatchesNaiveReferenceForAllShapesAndDtypes) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (const Shape& s : shapes()) {
+      const std::vector<float> slopes = alibi_slopes(s.heads);
+      const Tensor t = alibi_bias(slopes, s.total, s.i, s.j, dtype);
+      ASSERT_EQ(t.shape(), (std::vector<std::int64_t>{s.total, s.i, s.j}));
+      ASSERT_EQ(t.dtype(), dtype);
+      std::vector<float> want = naive_alibi(slopes, s.total, s.i, s.j);
+      for (float& v : want) v = round_to(dtype, v);
+      expect_bits_equal(t.to_float_vector(), want,
+                        dtype_name(dtype) + " h" + std::to_string(s.heads) + "/" +
+                            std::to_string(s.total) + " i" + std::to_string(s.i) +
+                            " j" + std::to_string(s.j));
+    }
+  }
+}
+
+// Every instruction set Highway compiled the kernel for, streaming and not,
+// on unaligned destinations and partial row ranges.
+TEST(AlibiKernel, EveryTargetAndStorePathMatchesReference) {
+  const std::vector<float> slopes = alibi_slopes(5);
+  std::vector<float> scale;
+  for (float m : slopes) scale.push_back(-m);
+  int targets_tested = 0;
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    ++targets_tested;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (bool stream : {false, true}) {
+        for (std::int64_t j : {1, 3, 31, 32, 33, 129}) {
+          for (std::int64_t misalign : {0, 1, 3}) {
+            const std::int64_t i = 9;
+            const std::size_t es = dtype_size(dtype);
+            std::vector<unsigned char> buf((5 * i * j + 64) * es + 64, 0xAB);
+            // Start `misalign` elements past a 64-byte boundary.
+            auto base = reinterpret_cast<std::uintptr_t>(buf.data());
+            base = (base + 63) / 64 * 64 + static_cast<std::uintptr_t>(misalign) * es;
+            void* out = reinterpret_cast<void*>(base);
+            detail::AlibiFillParams p;
+            p.scale = scale.data();
+            p.heads = 5;
+            p.rows = i;
+            p.cols = j;
+            p.q0 = j - i;
+            p.dtype = dtype;
+            p.out = out;
+            // Two partial ranges, as two threads would write them.
+            detail::alibi_fill_rows(p, 0, 17, stream);
+            detail::alibi_fill_rows(p, 17, 5 * i, stream);
+            Tensor view = Tensor::empty({5, i, j}, dtype);
+            std::memcpy(view.raw_mutable_data(), out, static_cast<std::size_t>(5 * i * j) * es);
+            std::vector<float> want = naive_alibi(slopes, 5, i, j);
+            for (float& v : want) v = round_to(dtype, v);
+            expect_bits_equal(view.to_float_vector(), want,
+                              std::string(hwy::TargetName(target)) + " " +
+                                  dtype_name(dtype) + (stream ? " stream" : " store") +
+                                  " j" + std::to_string(j) + " misalign" +
+                                  std::to_string(misalign));
+            // Nothing written past the end.
+            const auto* after = static_cast<const unsigned char*>(out) +
+                                static_cast<std::size_t>(5 * i * j) * es;
+            for (std::size_t k = 0; k < 16; ++k) ASSERT_EQ(after[k], 0xAB);
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(targets_tested, 2) << "expected several instruction sets on x86-64";
+}
+
+TEST(AlibiKernel, ThreadedStreamingPathMatchesReference) {
+  // Large enough for the parallel region and, with the threshold forced via
+  // a direct call, the streaming stores.
+  const std::vector<float> slopes = alibi_slopes(12);
+  std::vector<float> scale;
+  for (float m : slopes) scale.push_back(-m);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (bool stream : {false, true}) {
+      const std::int64_t i = 100, j = 333;
+      Tensor t = Tensor::empty({12, i, j}, dtype);
+      detail::AlibiFillParams p;
+      p.scale = scale.data();
+      p.heads = 12;
+      p.rows = i;
+      p.cols = j;
+      p.q0 = j - i;
+      p.dtype = dtype;
+      p.out = t.raw_mutable_data();
+      detail::alibi_fill(p, stream);
+      std::vector<float> want = naive_alibi(slopes, 12, i, j);
+      for (float& v : want) v = round_to(dtype, v);
+      expect_bits_equal(t.to_float_vector(), want, dtype_name(dtype));
+    }
+  }
+}
+
+TEST(AlibiBias, LongDistancesStayExactInFloat32) {
+  // Distances past 2^24 are no longer exact integers in float32; the kernel
+  // converts the int distance once, like the PyTorch reference.
+  const std::vector<float> slopes = {0.5f};
+  const std::int64_t j = (std::int64_t{1} << 24) + 7;
+  const Tensor t = alibi_bias(slopes, 1, 1, j);
+  const float* d = t.data<float>();
+  for (std::int64_t c : {std::int64_t{0}, std::int64_t{1}, std::int64_t{5}, j - 1}) {
+    const std::int64_t dist = (j - 1) - c;
+    const float v = 0.5f * static_cast<float>(dist);
+    EXPECT_EQ(d[c], v == 0.0f ? 0.0f : -v) << c;
+  }
+}
+
+TEST(AlibiBias, Float16SaturatesToInfinityPastItsRange) {
+  // slope 1, distance 70000 > 65504: -inf, as torch's .half() gives.
+  const Tensor t = alibi_bias({1.0f}, 1, 1, 70001, DType::kFloat16);
+  EXPECT_TRUE(std::isinf(t.at({0, 0, 0})));
+  EXPECT_LT(t.at({0, 0, 0}), 0.0f);
+  EXPECT_EQ(t.at({0, 0, 70000}), 0.0f);
+  EXPECT_EQ(t.at({0, 0, 70000 - 2049}), -2048.0f);  // 2049 ties to even 2048
+}
+
+TEST(AlibiBias, IntoCallerMemoryEqualsTensorResult) {
+  const std::vector<float> slopes = alibi_slopes(6);
+  std::vector<float> buf(8 * 5 * 9);
+  alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, buf.data());
+  expect_bits_equal(buf, alibi_bias(slopes, 8, 5, 9).to_float_vector(), "into");
+  EXPECT_THROW(alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, nullptr),
+               std::invalid_argument);
+  alibi_bias_into(slopes, 8, 0, 9, DType::kFloat32, nullptr);  // empty: fine
+}
+
+TEST(AlibiBias, CustomPositionsMatchReference) {
+  const std::vector<float> slopes = alibi_slopes(3);
+  // Packed sequences / chunked prefill: arbitrary, unsorted, negative.
+  const std::vector<std::int64_t> q = {5, 6, 7, -2, 100};
+  const std::vector<std::int64_t> k = {0, 1, 2, 3, 4, 5, 6, 7, -10, 1000};
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const Tensor t = alibi_bias_custom_pos(slopes, 4, q, k, dtype);
+    ASSERT_EQ(t.shape(), (std::vector<std::int64_t>{4, 5, 10}));
+    for (std::int64_t h = 0; h < 4; ++h) {
+      for (std::int64_t r = 0; r < 5; ++r) {
+        for (std::int64_t c = 0; c < 10; ++c) {
+          float want = 0.0f;
+          if (h < 3) {
+            const float v = slopes[h] * static_cast<float>(std::llabs(k[c] - q[r]));
+            want = v == 0.0f ? 0.0f : -v;
+          }
+          EXPECT_EQ(float_bits(t.at({h, r, c})), float_bits(round_to(dtype, want)))
+              << h << " " << r << " " << c;
+        }
+      }
+    }
+  }
+  // Positions equal to the default layout give the default bias.
+  std::vector<std::int64_t> qd, kd;
+  for (std::int64_t r = 0; r < 4; ++r) qd.push_back(9 - 4 + r);
+  for (std::int64_t c = 0; c < 9; ++c) kd.push_back(c);
+  expect_bits_equal(alibi_bias_custom_pos(slopes, 3, qd, kd).to_float_vector(),
+                    alibi_bias(slopes, 3, 4, 9).to_float_vector(), "default positions");
+}
+
+template <typename E>
+void expect_throw_with(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(AlibiBias, BadInputsThrowBeforeAllocating) {
+  const std::vector<float> s = alibi_slopes(4);
+  expect_throw_with<std::invalid_argument>([&] { alibi_bias(s, 3, 2, 2); },
+                                           "total_heads = 3, heads = 4");
+  expect_throw_with<std::invalid_argument>([&] { alibi_bias(s, 4, -1, 2); }, "i = -1");
+  expect_throw_with<std::invalid_argument>([&] { alibi_bias(s, 4, 1, -5); }, "j = -5");
+  expect_throw_with<std::invalid_argument>([&] { alibi_bias({}, 4, 1, 1); }, "got 0");
+  expect_throw_with<std::invalid_argument>(
+      [&] { alibi_bias({0.5f, NAN}, 2, 1, 1); }, "slope 1 is not finite");
+  expect_throw_with<std::invalid_argument>(
+      [&] { alibi_bias({INFINITY}, 2, 1, 1); }, "slope 0 is not finite (inf)");
+  // Sizes: element count overflowing int64, and more bytes than the machine.
+  expect_throw_with<std::length_error>(
+      [&] { alibi_bias(s, 4, std::int64_t{1} << 40, std::int64_t{1} << 40); },
+      "too large: its size in bytes overflows");
+  expect_throw_with<std::length_error>(
+      [&] { alibi_bias(s, 16, 1 << 20, 1 << 20); }, "[16, 1048576, 1048576]");
+  expect_throw_with<std::length_error>(
+      [&] { alibi_bias(s, 16, 1 << 20, 1 << 20, DType::kFloat16); }, "bytes");
+  expect_throw_with<std::invalid_argument>(
+      [&] {
+        alibi_bias_custom_pos(s, 4, {INT64_MIN}, {INT64_MAX});
+      },
+      "overflow");
+}
+
+}  // namespace
+}  // namespace posbias
