@@ -1,0 +1,82 @@
+// A program that uses a vendored posbias (add_subdirectory) as a downstream
+// user would. Exit code 0 when every result is right; otherwise one line per
+// wrong value on stderr.
+#include <posbias/posbias.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+int g_failures = 0;
+
+void expect_eq(float got, float want, const char* what, std::int64_t index) {
+  if (got != want) {
+    std::fprintf(stderr, "FAILED: %s [%lld]: got %.9g, want %.9g\n", what,
+                 static_cast<long long>(index), static_cast<double>(got),
+                 static_cast<double>(want));
+    ++g_failures;
+  }
+}
+
+// Heads 4 of 8 at i = 3, j = 5: slopes 2^-2, 2^-4, 2^-6, 2^-8, then four zero
+// heads; row r sits at position 2 + r, so bias[h][r][c] = -slope[h] *
+// |c - (2 + r)|. Every value is exact in float32 and in bfloat16.
+void check_heads_4_of_8(posbias::DType dtype, const char* what) {
+  const posbias::Tensor bias =
+      posbias::AlibiPositionalBias(4, 8, dtype).forward(3, 5);
+  const std::vector<std::int64_t> want_shape = {8, 3, 5};
+  if (bias.shape() != want_shape || bias.dtype() != dtype) {
+    std::fprintf(stderr, "FAILED: %s: wrong shape or dtype\n", what);
+    ++g_failures;
+    return;
+  }
+  const std::vector<float> values = bias.to_float_vector();
+  std::int64_t k = 0;
+  for (int h = 0; h < 8; ++h) {
+    const float slope = h < 4 ? std::ldexp(1.0f, -2 * (h + 1)) : 0.0f;
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 5; ++c, ++k) {
+        const float want = -slope * static_cast<float>(std::abs(c - (2 + r)));
+        expect_eq(values[static_cast<std::size_t>(k)], want, what, k);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  const std::vector<float> slopes = posbias::alibi_slopes(8);
+  if (slopes.size() != 8) {
+    std::fprintf(stderr, "FAILED: alibi_slopes(8) has %zu entries\n",
+                 slopes.size());
+    return 1;
+  }
+  for (int h = 0; h < 8; ++h) {
+    expect_eq(slopes[static_cast<std::size_t>(h)], std::ldexp(1.0f, -(h + 1)),
+              "alibi_slopes(8)", h);
+  }
+  check_heads_4_of_8(posbias::DType::kFloat32,
+                     "AlibiPositionalBias(4, 8).forward(3, 5)");
+  check_heads_4_of_8(posbias::DType::kBFloat16,
+                     "AlibiPositionalBias(4, 8, bfloat16).forward(3, 5)");
+
+  if (std::strcmp(posbias::version(), POSBIAS_VERSION_STRING) != 0) {
+    std::fprintf(stderr, "FAILED: library version %s, headers %s\n",
+                 posbias::version(), POSBIAS_VERSION_STRING);
+    ++g_failures;
+  }
+
+  if (g_failures != 0) {
+    std::fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  std::printf("posbias %s (add_subdirectory): slopes and bias as expected\n",
+              posbias::version());
+  return 0;
+}
