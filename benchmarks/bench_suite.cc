@@ -1,15 +1,226 @@
 #include "bench_suite.h"
 
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 
+#include "baselines.h"
+#include "posbias/alibi.h"
+#include "posbias/slopes.h"
+#include "posbias/tensor.h"
+
 namespace posbias::bench {
+namespace {
+
+std::string dtype_tag(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "f32";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "f16";
+  }
+  return "?";
+}
+
+double gbps(std::size_t bytes, double ms) {
+  return ms > 0 ? static_cast<double>(bytes) / ms / 1e6 : 0.0;
+}
+
+// Runs the PyTorch peer script if /usr/bin/python3 (or $POSBIAS_PEER_PYTHON)
+// has torch; returns its median in ms, or a negative value with `why` set.
+double pytorch_peer_ms(std::int64_t heads, std::int64_t n, int reps, const std::string& dtype,
+                       std::string* why) {
+#ifdef POSBIAS_BENCH_DIR
+  const char* env = std::getenv("POSBIAS_PEER_PYTHON");
+  const std::string python = env ? env : "/usr/bin/python3";
+  const std::string cmd = python + " " + POSBIAS_BENCH_DIR + "/peer_alibi.py --heads " +
+                          std::to_string(heads) + " -n " + std::to_string(n) + " --reps " +
+                          std::to_string(reps) + " --dtype " + dtype + " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  if (!pipe) {
+    *why = "could not start " + python;
+    return -1;
+  }
+  std::string text;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) text += buf;
+  const auto at = text.find("\"median_ms\": ");
+  if (at == std::string::npos) {
+    *why = "PyTorch peer unavailable (" + python + " without torch?)";
+    return -1;
+  }
+  return std::strtod(text.c_str() + at + 13, nullptr);
+#else
+  (void)heads, (void)n, (void)reps, (void)dtype;
+  *why = "PyTorch peer script not found in this installation";
+  return -1;
+#endif
+}
+
+// Materialising into a pre-faulted buffer: the kernel itself, against a
+// streaming fill of the same bytes in the same buffer.
+CaseResult materialise_case(std::int64_t heads, std::int64_t n, DType dtype,
+                            const BenchOptions& o) {
+  const std::vector<float> slopes = alibi_slopes(heads);
+  Tensor buf = Tensor::empty({heads, n, n}, dtype);
+  const std::size_t bytes = static_cast<std::size_t>(buf.numel()) * dtype_size(dtype);
+  stream_fill(buf.raw_mutable_data(), bytes);  // fault the pages in once
+  void* out = buf.raw_mutable_data();
+  const auto t = time_interleaved(
+      {[&] { alibi_bias_into(slopes, heads, n, n, dtype, out); },
+       [&] { stream_fill(out, bytes); }},
+      o.warmup, o.repetitions);
+  CaseResult r;
+  r.name = "alibi_h" + std::to_string(heads) + "_n" + std::to_string(n) + "_" + dtype_tag(dtype);
+  r.median_ms = median(t[0]);
+  r.baselines["fill"] = median(t[1]);
+  r.extra["bytes"] = static_cast<double>(bytes);
+  r.extra["gbps"] = gbps(bytes, r.median_ms);
+  r.extra["fill_gbps"] = gbps(bytes, r.baselines["fill"]);
+  r.extra["fraction_of_fill"] = r.baselines["fill"] / r.median_ms;
+  r.note = "into a pre-faulted buffer; fill = streaming stores of the same bytes";
+  return r;
+}
+
+// A module's first call: allocation, page faults and the fill, against a
+// fresh allocation plus the streaming fill, and the PyTorch peer.
+CaseResult forward_miss_case(std::int64_t heads, std::int64_t n, const BenchOptions& o) {
+  AlibiPositionalBias module(heads);
+  module.set_cache_limit_bytes(0);  // every call computes
+  const std::size_t bytes = static_cast<std::size_t>(heads * n * n) * sizeof(float);
+  const auto t = time_interleaved(
+      {[&] { Tensor b = module.forward(n, n); },
+       [&] {
+         Tensor b = Tensor::empty({heads, n, n}, DType::kFloat32);
+         stream_fill(b.raw_mutable_data(), bytes);
+       }},
+      o.warmup, o.repetitions);
+  CaseResult r;
+  r.name = "alibi_forward_h" + std::to_string(heads) + "_n" + std::to_string(n) + "_f32";
+  r.median_ms = median(t[0]);
+  r.baselines["alloc_fill"] = median(t[1]);
+  r.extra["fraction_of_alloc_fill"] = r.baselines["alloc_fill"] / r.median_ms;
+  r.note = "AlibiPositionalBias::forward on a cache miss (new allocation)";
+  if (!o.quick) {
+    std::string why;
+    const double peer = pytorch_peer_ms(heads, n, std::max(3, o.repetitions / 2), "float32", &why);
+    if (peer > 0) {
+      r.baselines["pytorch"] = peer;
+      r.extra["speedup_vs_pytorch"] = peer / r.median_ms;
+    } else {
+      r.note += "; " + why;
+    }
+  }
+  return r;
+}
+
+// A cache hit returns a view: its cost must not depend on the size.
+CaseResult cache_hit_case(std::int64_t heads, std::int64_t n_small, std::int64_t n,
+                          const BenchOptions& o) {
+  AlibiPositionalBias big(heads), small(heads);
+  big.forward(n, n);
+  small.forward(n_small, n_small);
+  constexpr int kCalls = 10000;
+  const auto t = time_interleaved(
+      {[&] {
+         for (int k = 0; k < kCalls; ++k) Tensor v = big.forward(n - 1, n - 1);
+       },
+       [&] {
+         for (int k = 0; k < kCalls; ++k) Tensor v = small.forward(n_small - 1, n_small - 1);
+       }},
+      o.warmup, o.repetitions);
+  CaseResult r;
+  r.name = "alibi_cache_hit_h" + std::to_string(heads) + "_n" + std::to_string(n);
+  r.median_ms = median(t[0]) / kCalls;
+  r.baselines["cache_hit_n" + std::to_string(n_small)] = median(t[1]) / kCalls;
+  r.extra["ratio_to_small"] = r.median_ms / (median(t[1]) / kCalls);
+  r.note = "one forward() served from the stored bias (a view), per call";
+  return r;
+}
+
+std::vector<CaseResult> alibi_suite(const BenchOptions& o) {
+  const std::int64_t n = o.quick ? 1024 : 4096;
+  std::vector<CaseResult> out;
+  out.push_back(materialise_case(16, n, DType::kFloat32, o));
+  out.push_back(materialise_case(16, n, DType::kBFloat16, o));
+  out.push_back(materialise_case(16, n, DType::kFloat16, o));
+  out.push_back(materialise_case(16, o.quick ? 256 : 512, DType::kFloat32, o));
+  out.push_back(forward_miss_case(16, n, o));
+  out.push_back(cache_hit_case(16, 256, n, o));
+  return out;
+}
+
+std::string json_number(double v) {
+  std::ostringstream s;
+  s << std::setprecision(6) << v;
+  return s.str();
+}
+
+void print_json(const CaseResult& r, std::ostream& out) {
+  out << "{\"case\": \"" << r.name << "\", \"median_ms\": " << json_number(r.median_ms)
+      << ", \"baselines\": {";
+  bool first = true;
+  for (const auto& [k, v] : r.baselines) {
+    out << (first ? "" : ", ") << "\"" << k << "\": " << json_number(v);
+    first = false;
+  }
+  out << "}";
+  for (const auto& [k, v] : r.extra) out << ", \"" << k << "\": " << json_number(v);
+  out << ", \"threads\": " << omp_get_max_threads() << ", \"note\": \"" << r.note << "\"}\n";
+}
+
+void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
+  out << std::left << std::setw(34) << "case" << std::right << std::setw(12) << "median ms"
+      << "   " << std::left << std::setw(20) << "baseline" << std::right << std::setw(12)
+      << "median ms" << "   ratio\n";
+  for (const CaseResult& r : rs) {
+    bool first = true;
+    for (const auto& [k, v] : r.baselines) {
+      out << std::left << std::setw(34) << (first ? r.name : "") << std::right
+          << std::setw(12) << (first ? json_number(r.median_ms) : "") << "   " << std::left
+          << std::setw(20) << k << std::right << std::setw(12) << json_number(v) << "   "
+          << std::fixed << std::setprecision(2) << v / r.median_ms << std::defaultfloat
+          << "x baseline time\n";
+      first = false;
+    }
+    out << "    " << r.note << "\n";
+  }
+  out << "(" << omp_get_max_threads() << " threads; medians; ratio = baseline time / ours, "
+      << ">= 1 means faster than the baseline)\n";
+}
+
+}  // namespace
 
 std::vector<std::string> suite_names() { return {"alibi"}; }
 
-std::vector<CaseResult> run_suite(const std::string& suite,
-                                  const BenchOptions& /*options*/,
-                                  std::ostream& /*out*/) {
-  throw std::invalid_argument("unknown benchmark suite '" + suite + "' (not written yet)");
+std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& options,
+                                  std::ostream& out) {
+  if (options.repetitions < 1 || options.warmup < 0) {
+    throw std::invalid_argument("bench: repetitions must be >= 1 and warmup >= 0, got " +
+                                std::to_string(options.repetitions) + " and " +
+                                std::to_string(options.warmup));
+  }
+  std::vector<CaseResult> results;
+  if (suite == "alibi") {
+    results = alibi_suite(options);
+  } else {
+    std::string names;
+    for (const auto& n : suite_names()) names += (names.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown benchmark suite '" + suite + "' (known: " + names + ")");
+  }
+  if (options.json) {
+    for (const CaseResult& r : results) print_json(r, out);
+  } else {
+    print_table(results, out);
+  }
+  return results;
 }
 
 }  // namespace posbias::bench

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include <sys/mman.h>
+
 #include "checks.h"
 
 namespace posbias {
@@ -83,6 +85,38 @@ void for_each_index(const std::vector<std::int64_t>& shape,
   }
 }
 
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// Storage for `bytes` bytes, 64-byte aligned. Large blocks come straight from
+// mmap, aligned to 2 MiB and advised as transparent huge pages: a freshly
+// allocated bias is written once, and with 4 KiB pages the page faults (one
+// per 4 KiB, expensive under virtualisation) cost far more than the writes.
+std::shared_ptr<void> allocate_storage(std::size_t bytes, const std::vector<std::int64_t>& shape) {
+  const auto fail = [&] {
+    return std::length_error("could not allocate " + std::to_string(bytes) +
+                             " bytes for a tensor of shape " + detail::shape_string(shape));
+  };
+  if (bytes >= 2 * kHugePage) {
+    const std::size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw fail();
+    const auto start = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+    if (aligned > start) munmap(raw, aligned - start);
+    const std::uintptr_t tail = start + len + kHugePage - (aligned + len);
+    if (tail > 0) munmap(reinterpret_cast<void*>(aligned + len), tail);
+    void* p = reinterpret_cast<void*>(aligned);
+    madvise(p, len, MADV_HUGEPAGE);  // advisory: ignore failure
+    return std::shared_ptr<void>(p, [len](void* q) { munmap(q, len); });
+  }
+  // Round up to whole cache lines so vector kernels may store full vectors.
+  const std::size_t rounded = std::max<std::size_t>((bytes + 63) / 64 * 64, 64);
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) throw fail();
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
 }  // namespace
 
 Tensor::Tensor() : shape_{0}, strides_{1} {}
@@ -93,16 +127,7 @@ Tensor Tensor::empty(const std::vector<std::int64_t>& shape, DType dtype) {
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = row_major_strides(shape);
-  // Round up to whole cache lines so vector kernels may store full vectors.
-  const std::size_t bytes =
-      (static_cast<std::size_t>(n) * dtype_size(dtype) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  if (p == nullptr) {
-    throw std::length_error("could not allocate " + std::to_string(bytes) +
-                            " bytes for a tensor of shape " +
-                            detail::shape_string(shape));
-  }
-  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.storage_ = allocate_storage(static_cast<std::size_t>(n) * dtype_size(dtype), shape);
   return t;
 }
 

@@ -35,12 +35,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // heads and tails, and for positions too large for int32).
 HWY_INLINE float ScalarValue(float scale, std::int64_t q, std::int64_t c,
                              DistanceKind kind, bool canonical_zero) {
-  const std::int64_t diff = c - q;
-  const std::int64_t dist =
-      kind == DistanceKind::kAbs ? (diff < 0 ? -diff : diff) : (diff < 0 ? -diff : 0);
-  float v = scale * static_cast<float>(dist);
-  if (canonical_zero) v += 0.0f;
-  return v;
+  return alibi_value(scale, q, c, kind, canonical_zero);
 }
 
 template <typename Out>
@@ -248,6 +243,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <vector>
+
+#include "kernels/toeplitz.h"
+
 namespace posbias::detail {
 
 HWY_EXPORT(FillRows);
@@ -270,9 +269,51 @@ void alibi_fill_rows(const AlibiFillParams& p, std::int64_t row_begin,
   HWY_DYNAMIC_DISPATCH(FillRows)(p, row_begin, row_end, stream);
 }
 
+void alibi_fill_by_table(const AlibiFillParams& p, bool stream) {
+  if (p.heads == 0 || p.rows == 0 || p.cols == 0) return;
+  // Entry k of head h's table is the value at c - q = k - anchor; row r's
+  // window starts at rows - 1 - r, so element c of row r reads entry
+  // rows - 1 - r + c, where c - (q0 + r) = that entry minus anchor.
+  const std::int64_t len = p.rows + p.cols - 1;
+  const std::int64_t anchor = p.q0 + p.rows - 1;
+  const std::size_t es = dtype_size(p.dtype);
+  std::vector<unsigned char> table(static_cast<std::size_t>(p.heads * len) * es);
+  for (std::int64_t h = 0; h < p.heads; ++h) {
+    for (std::int64_t k = 0; k < len; ++k) {
+      const float v = alibi_value(p.scale[h], anchor, k, p.kind, p.canonical_zero);
+      const std::size_t at = static_cast<std::size_t>(h * len + k);
+      switch (p.dtype) {
+        case DType::kFloat32:
+          reinterpret_cast<float*>(table.data())[at] = v;
+          break;
+        case DType::kBFloat16:
+          reinterpret_cast<bfloat16*>(table.data())[at] = to_bfloat16(v);
+          break;
+        case DType::kFloat16:
+          reinterpret_cast<float16*>(table.data())[at] = to_float16(v);
+          break;
+      }
+    }
+  }
+  ToeplitzParams t;
+  t.table = table.data();
+  t.table_stride = len;
+  t.row_offset0 = p.rows - 1;
+  t.heads = p.heads;
+  t.rows = p.rows;
+  t.cols = p.cols;
+  t.element_size = es;
+  t.out = p.out;
+  toeplitz_expand(t, stream);
+}
+
 void alibi_fill(const AlibiFillParams& p, bool stream) {
   const std::int64_t total_rows = p.heads * p.rows;
   if (total_rows == 0 || p.cols == 0) return;
+  if (p.rows >= kTableMinRows) {
+    alibi_fill_by_table(p, stream);
+    return;
+  }
   const std::size_t bytes = static_cast<std::size_t>(total_rows) *
                             static_cast<std::size_t>(p.cols) * dtype_size(p.dtype);
   // Below ~256 KiB a parallel region costs more than it saves.

@@ -32,6 +32,18 @@ struct AlibiFillParams {
   void* out = nullptr;
 };
 
+// The value of one element: scale * dist(q, c) in float32 (+0.0 for a zero
+// when canonical_zero). Every path of the kernel produces exactly this.
+inline float alibi_value(float scale, std::int64_t q, std::int64_t c, DistanceKind kind,
+                         bool canonical_zero) {
+  const std::int64_t diff = c - q;
+  const std::int64_t dist =
+      kind == DistanceKind::kAbs ? (diff < 0 ? -diff : diff) : (diff < 0 ? -diff : 0);
+  float v = scale * static_cast<float>(dist);
+  if (canonical_zero) v += 0.0f;
+  return v;
+}
+
 // Outputs at least this large are written with non-temporal (streaming)
 // stores: they would not stay in cache for the consumer anyway, and streaming
 // skips the read-for-ownership of every destination line.
@@ -39,13 +51,22 @@ std::size_t alibi_stream_threshold_bytes();
 
 // Writes the bias with the best instruction set of this CPU (Highway dynamic
 // dispatch), threads over rows (OpenMP). `stream` selects non-temporal stores.
+// With at least kTableMinRows rows it builds each head's values once, in the
+// output dtype, as a table of rows + cols - 1 entries, and expands it
+// (kernels/toeplitz.h): a copy per row instead of arithmetic and rounding per
+// element. With fewer rows (decode steps) the table would be as large as the
+// output, so each element is computed directly.
 void alibi_fill(const AlibiFillParams& p, bool stream);
+constexpr std::int64_t kTableMinRows = 16;
 
-// Same, on the current thread only (no OpenMP region): rows [row_begin,
-// row_end) of the flattened heads*rows row space. Used by alibi_fill and by
-// tests that check every compiled target.
+// The direct path, on the current thread only (no OpenMP region): rows
+// [row_begin, row_end) of the flattened heads*rows row space. Used by
+// alibi_fill and by tests that check every compiled target.
 void alibi_fill_rows(const AlibiFillParams& p, std::int64_t row_begin,
                      std::int64_t row_end, bool stream);
+
+// The table path of alibi_fill, exposed for tests.
+void alibi_fill_by_table(const AlibiFillParams& p, bool stream);
 
 }  // namespace posbias::detail
 

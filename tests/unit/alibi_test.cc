@@ -155,6 +155,57 @@ TEST(AlibiKernel, EveryTargetAndStorePathMatchesReference) {
   EXPECT_GE(targets_tested, 2) << "expected several instruction sets on x86-64";
 }
 
+// The table + Toeplitz expansion path (used from kTableMinRows rows on), on
+// every instruction set, both store kinds, odd row lengths (so most rows start
+// unaligned), i > j, and top-left causal clamping.
+TEST(AlibiKernel, TablePathOnEveryTargetMatchesReference) {
+  const std::vector<float> slopes = alibi_slopes(3);
+  std::vector<float> scale;
+  for (float m : slopes) scale.push_back(-m);
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (bool stream : {false, true}) {
+        for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{16, 1}, {16, 16}, {17, 3},
+                            {20, 129}, {33, 517}, {64, 40}}) {
+          Tensor t = Tensor::empty({3, i, j}, dtype);
+          detail::AlibiFillParams p;
+          p.scale = scale.data();
+          p.heads = 3;
+          p.rows = i;
+          p.cols = j;
+          p.q0 = j - i;
+          p.dtype = dtype;
+          p.out = t.raw_mutable_data();
+          detail::alibi_fill_by_table(p, stream);
+          std::vector<float> want = naive_alibi(slopes, 3, i, j);
+          for (float& v : want) v = round_to(dtype, v);
+          expect_bits_equal(t.to_float_vector(), want,
+                            std::string(hwy::TargetName(target)) + " table " +
+                                dtype_name(dtype) + " i" + std::to_string(i) + " j" +
+                                std::to_string(j) + (stream ? " stream" : ""));
+          // Causal clamp, top-left, raw slopes (the AlibiBias form).
+          p.q0 = 0;
+          p.kind = detail::DistanceKind::kCausalClamp;
+          p.canonical_zero = false;
+          detail::alibi_fill_by_table(p, stream);
+          const std::vector<float> got = t.to_float_vector();
+          for (std::int64_t h = 0; h < 3; ++h) {
+            for (std::int64_t r = 0; r < i; ++r) {
+              for (std::int64_t c = 0; c < j; ++c) {
+                const float v = scale[h] * static_cast<float>(std::max<std::int64_t>(r - c, 0));
+                ASSERT_EQ(float_bits(got[(h * i + r) * j + c]), float_bits(round_to(dtype, v)))
+                    << hwy::TargetName(target) << " causal " << h << " " << r << " " << c;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(AlibiKernel, ThreadedStreamingPathMatchesReference) {
   // Large enough for the parallel region and, with the threshold forced via
   // a direct call, the streaming stores.

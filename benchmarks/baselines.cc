@@ -1,0 +1,91 @@
+// Highway-dispatched memory probes (see baselines.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "baselines.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <cstdint>
+
+#include "baselines.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void FillRange(float* HWY_RESTRICT dst, std::size_t count, bool stream) {
+  const hn::ScalableTag<float> df;
+  const std::size_t n = hn::Lanes(df);
+  const auto v = hn::Set(df, -1.0f);
+  std::size_t k = 0;
+  if (stream) {
+    for (; k + n <= count; k += n) hn::Stream(v, df, dst + k);
+    hwy::FlushStream();
+  } else {
+    for (; k + n <= count; k += n) hn::StoreU(v, df, dst + k);
+  }
+  for (; k < count; ++k) dst[k] = -1.0f;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::bench
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace posbias::bench {
+
+HWY_EXPORT(FillRange);
+
+namespace {
+void fill(void* dst, std::size_t bytes, bool stream) {
+  auto* f = static_cast<float*>(dst);
+  const std::size_t count = bytes / sizeof(float);
+#pragma omp parallel
+  {
+    // Contiguous halves, each starting on a 64-byte boundary, like the
+    // kernel's row ranges.
+    const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t begin = count * t / nt / 16 * 16;
+    const std::size_t end = t + 1 == nt ? count : count * (t + 1) / nt / 16 * 16;
+    HWY_DYNAMIC_DISPATCH(FillRange)(f + begin, end - begin, stream);
+  }
+}
+}  // namespace
+
+void stream_fill(void* dst, std::size_t bytes) { fill(dst, bytes, true); }
+void store_fill(void* dst, std::size_t bytes) { fill(dst, bytes, false); }
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::vector<std::vector<double>> time_interleaved(
+    const std::vector<std::function<void()>>& fns, int warmup, int repetitions) {
+  for (int w = 0; w < warmup; ++w) {
+    for (const auto& fn : fns) fn();
+  }
+  std::vector<std::vector<double>> times(fns.size());
+  for (int r = 0; r < repetitions; ++r) {
+    for (std::size_t k = 0; k < fns.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fns[k]();
+      const auto t1 = std::chrono::steady_clock::now();
+      times[k].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+  }
+  return times;
+}
+
+}  // namespace posbias::bench
+#endif  // HWY_ONCE

@@ -1,0 +1,32 @@
+// Same-run baselines and timing helpers for the benchmarks: what the machine
+// can do with the same bytes, measured in the same process right next to the
+// case it judges.
+#ifndef POSBIAS_BENCHMARKS_BASELINES_H_
+#define POSBIAS_BENCHMARKS_BASELINES_H_
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+namespace posbias::bench {
+
+// Writes `bytes` bytes of a constant at dst (64-byte aligned) with streaming
+// (non-temporal) stores, threaded over all OpenMP threads: the memory-write
+// bandwidth probe that a materialised bias is judged against.
+void stream_fill(void* dst, std::size_t bytes);
+
+// The same with ordinary stores (what a fill of cache-resident data costs).
+void store_fill(void* dst, std::size_t bytes);
+
+// Median of the values (the mean of the middle two for an even count).
+double median(std::vector<double> values);
+
+// Runs each function `warmup` times untimed, then `repetitions` rounds in
+// which every function runs once, interleaved (so drift and noise hit all of
+// them alike); returns each function's times in milliseconds.
+std::vector<std::vector<double>> time_interleaved(
+    const std::vector<std::function<void()>>& fns, int warmup, int repetitions);
+
+}  // namespace posbias::bench
+
+#endif  // POSBIAS_BENCHMARKS_BASELINES_H_

@@ -1,0 +1,44 @@
+// Internal: expansion of per-head "Toeplitz" tables into a dense bias.
+// Not installed.
+//
+// Every relative-position bias in posbias (ALiBi, Dynamic Position Bias, T5
+// buckets) depends on (query position - key position) only, so each row of
+// the dense [heads, rows, cols] bias is a contiguous window of one per-head
+// table: row r of head h is
+//
+//     out[h][r][0..cols) = table + h * table_stride + (row_offset0 - r) [0..cols)
+//
+// (windows move one element left per row). Writing the bias is then a copy
+// from a table that stays in L1/L2 into the output, with streaming stores
+// when the output is large: the same memory traffic as a fill, whatever the
+// element type, and no per-element arithmetic.
+#ifndef POSBIAS_SRC_KERNELS_TOEPLITZ_H_
+#define POSBIAS_SRC_KERNELS_TOEPLITZ_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace posbias::detail {
+
+struct ToeplitzParams {
+  const void* table = nullptr;    // heads tables, element_size bytes each entry
+  std::int64_t table_stride = 0;  // entries between consecutive heads' tables
+  std::int64_t row_offset0 = 0;   // window start of row 0 (>= rows - 1)
+  std::int64_t heads = 0;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::size_t element_size = 4;   // 2 or 4
+  void* out = nullptr;            // contiguous [heads, rows, cols]
+};
+
+// Whole output, threaded over rows (OpenMP, contiguous ranges).
+void toeplitz_expand(const ToeplitzParams& p, bool stream);
+
+// Rows [row_begin, row_end) of the flattened heads*rows row space, on the
+// calling thread (best instruction set of this CPU).
+void toeplitz_expand_rows(const ToeplitzParams& p, std::int64_t row_begin,
+                          std::int64_t row_end, bool stream);
+
+}  // namespace posbias::detail
+
+#endif  // POSBIAS_SRC_KERNELS_TOEPLITZ_H_
