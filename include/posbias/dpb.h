@@ -1,0 +1,138 @@
+// Dynamic Position Bias: a small MLP over relative distances whose output is
+// a per-head bias (zeta's DynamicPositionBias, and x-transformers' variant
+// with depth, log distances and LayerNorm). Trainable: backward() returns the
+// gradient of every parameter given the gradient of the bias.
+//
+// Positions follow the library convention (see alibi.h): the query of row r
+// sits at q_r = j - i + r, key c at c, and 0 <= i <= j.
+//
+//   zeta:            the MLP runs on the j distances 0, 1, .., j-1 (as float)
+//                    giving a table T[d][h]; bias[h][r][c] = T[|q_r - c|][h].
+//   x-transformers:  the MLP runs on the 2j-1 signed distances -(j-1)..(j-1)
+//                    (sign(x) ln(|x| + 1) with log_distance); the bias reads
+//                    entry (q_r - c) + (j - 1).
+//
+// `i` and `j` are lengths, not positions: the seed documentation's
+// `module(0, 5)` ("positions 0 to 5") returns an empty [heads, 0, 5] tensor.
+//
+// The MLP is cheap (it sees j or 2j-1 inputs); the cost of forward() is the
+// gather into heads * i * j values, which is written one row at a time as a
+// copy of a window of the table (kernels/toeplitz.h), at memory speed. The
+// fused attention reads distance_table() and never gathers.
+//
+// Thread safety: const members may be called concurrently; changing
+// parameters (mutable_parameter, load_state_dict) while another thread runs
+// forward() is a data race.
+#ifndef POSBIAS_DPB_H_
+#define POSBIAS_DPB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "posbias/dtype.h"
+#include "posbias/safetensors.h"
+#include "posbias/tensor.h"
+
+namespace posbias {
+
+enum class DpbVariant : std::uint8_t {
+  kZeta = 0,            // Linear(1,dim) SiLU Linear(dim,dim) SiLU Linear(dim,heads)
+  kXTransformers = 1,   // depth x (Linear [LayerNorm] SiLU), Linear(dim,heads)
+};
+
+struct DpbOptions {
+  std::int64_t dim = 0;    // hidden width, >= 1
+  std::int64_t heads = 0;  // output heads, >= 1
+  DpbVariant variant = DpbVariant::kZeta;
+  std::int64_t depth = 2;     // hidden blocks (x-transformers; zeta is 2), >= 1
+  bool log_distance = false;  // x-transformers only
+  bool norm = false;          // LayerNorm in each block (x-transformers only)
+  float layernorm_eps = 1e-5f;
+};
+
+class DynamicPositionBias {
+ public:
+  /// zeta's module: DynamicPositionBias(dim, heads), parameters initialised
+  /// like PyTorch's nn.Linear (weight and bias uniform in
+  /// [-1/sqrt(fan_in), 1/sqrt(fan_in)]) from `seed`. The same seed gives the
+  /// same parameters on every platform (not the numbers torch.manual_seed
+  /// would give). Throws std::invalid_argument for dim < 1 or heads < 1.
+  DynamicPositionBias(std::int64_t dim, std::int64_t heads, std::uint64_t seed = 0);
+
+  /// Any variant; LayerNorm weights start at 1 and biases at 0 (PyTorch's
+  /// default). Throws std::invalid_argument for dim, heads or depth < 1, or
+  /// log_distance / norm / depth != 2 with the zeta variant.
+  explicit DynamicPositionBias(const DpbOptions& options, std::uint64_t seed = 0);
+
+  /// The bias [heads, i, j] in `dtype` (computed in float32, rounded once).
+  /// Requires 0 <= i <= j (std::invalid_argument otherwise).
+  Tensor forward(std::int64_t i, std::int64_t j, DType dtype = DType::kFloat32) const;
+
+  /// As forward(), into caller-owned contiguous memory of heads*i*j elements.
+  void forward_into(std::int64_t i, std::int64_t j, DType dtype, void* out) const;
+
+  /// The compact table the MLP produces, float32: zeta [heads, j] indexed by
+  /// distance |q - c|; x-transformers [heads, 2j-1] indexed by (q - c) + j - 1.
+  Tensor table(std::int64_t j) const;
+
+  /// The table in the attention's form for every variant: [heads, 2j-1],
+  /// entry (q_r - c) + (j - 1) (zeta's table mirrored). j >= 1.
+  Tensor distance_table(std::int64_t j) const;
+
+  /// Parameter gradients of sum(forward(i, j) * grad_bias), keyed by
+  /// state-dict name. grad_bias: float32 [heads, i, j] (any strides).
+  /// Reduces onto the table first (one pass over grad_bias), then runs the
+  /// MLP backward on j (or 2j-1) inputs; no per-element activations.
+  TensorMap backward(std::int64_t i, std::int64_t j, const Tensor& grad_bias) const;
+
+  /// Parameter gradients of sum(table(j) * grad_table); grad_table has
+  /// table(j)'s shape.
+  TensorMap backward_table(std::int64_t j, const Tensor& grad_table) const;
+
+  /// Parameter gradients of sum(distance_table(j) * grad), grad [heads, 2j-1]
+  /// (what the fused attention's backward produces).
+  TensorMap backward_distance_table(std::int64_t j, const Tensor& grad) const;
+
+  const DpbOptions& options() const { return options_; }
+  std::int64_t dim() const { return options_.dim; }
+  std::int64_t heads() const { return options_.heads; }
+
+  /// State-dict names in module order. zeta: mlp.0.weight [dim,1],
+  /// mlp.0.bias [dim], mlp.2.weight [dim,dim], mlp.2.bias, mlp.4.weight
+  /// [heads,dim], mlp.4.bias [heads]. x-transformers: block b is mlp.b.0
+  /// (Linear) and, with norm, mlp.b.1 (LayerNorm weight/bias); the output
+  /// Linear is mlp.<depth>.
+  std::vector<std::string> parameter_names() const;
+
+  /// A parameter by state-dict name (std::invalid_argument for an unknown
+  /// name, listing the known ones). float32, contiguous.
+  const Tensor& parameter(const std::string& name) const;
+  Tensor& mutable_parameter(const std::string& name);
+
+  /// All parameters by name (handles sharing this module's storage).
+  TensorMap state_dict() const;
+
+  /// Replaces every parameter from `state` (copied, converted to float32).
+  /// Strict: a missing or unexpected name, a wrong shape or a non-finite value
+  /// throws std::invalid_argument naming the tensor and what was expected;
+  /// on error nothing is changed.
+  void load_state_dict(const TensorMap& state);
+
+  /// Saves the state dict as safetensors (zeta's names, float32), loadable by
+  /// `safetensors.torch.load_file` + `load_state_dict` in PyTorch.
+  void save(const std::string& path) const;
+
+  /// Loads a safetensors state dict written by PyTorch or save().
+  void load(const std::string& path);
+
+ private:
+  struct Layer;
+  DpbOptions options_;
+  std::vector<std::string> names_;
+  std::vector<Tensor> params_;  // same order as names_
+};
+
+}  // namespace posbias
+
+#endif  // POSBIAS_DPB_H_

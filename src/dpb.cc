@@ -1,0 +1,1 @@
+// dpb: implemented in issue 3 (in progress).

@@ -1,0 +1,1 @@
+// safetensors: implemented in issue 3 (in progress).

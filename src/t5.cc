@@ -1,0 +1,1 @@
+// t5: implemented in issue 3 (in progress).

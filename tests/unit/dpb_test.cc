@@ -1,0 +1,1 @@
+// dpb tests: issue 3 (in progress).

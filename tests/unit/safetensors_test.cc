@@ -1,0 +1,1 @@
+// safetensors tests: issue 3 (in progress).

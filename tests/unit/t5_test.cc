@@ -1,0 +1,1 @@
+// t5 tests: issue 3 (in progress).
