@@ -1,0 +1,463 @@
+#include "golden_check.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "posbias/alibi.h"
+#include "posbias/slopes.h"
+#include "posbias/tensor.h"
+
+namespace posbias::cli {
+namespace {
+
+using json = nlohmann::json;
+
+// A case that does not follow the format (missing field, wrong type,
+// inconsistent shape and data). Reported as a failed case.
+class MalformedCase : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ------------------------------------------------------------ field access
+//
+// nlohmann's own exceptions name neither the field nor the case, so fields
+// are read through these helpers, which say which field is wrong and how.
+
+std::string describe(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return std::string(value.type_name()) + " " + text;
+}
+
+const json& field(const json& c, const char* name) {
+  const auto it = c.find(name);
+  if (it == c.end()) {
+    throw MalformedCase(std::string("missing field '") + name + "'");
+  }
+  return *it;
+}
+
+std::int64_t as_int(const json& value, const std::string& what) {
+  if (value.is_number_integer()) {
+    if (value.is_number_unsigned() &&
+        value.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw MalformedCase(what + " is out of range: " + value.dump());
+    }
+    return value.get<std::int64_t>();
+  }
+  throw MalformedCase(what + " must be an integer, got " + describe(value));
+}
+
+std::int64_t get_int(const json& c, const char* name) {
+  return as_int(field(c, name), std::string("field '") + name + "'");
+}
+
+bool get_bool(const json& c, const char* name) {
+  const json& value = field(c, name);
+  if (!value.is_boolean()) {
+    throw MalformedCase(std::string("field '") + name + "' must be true or false, got " +
+                        describe(value));
+  }
+  return value.get<bool>();
+}
+
+double as_number(const json& value, const std::string& what) {
+  if (value.is_number()) return value.get<double>();
+  // Non-finite values are written as strings (JSON has no literal for them),
+  // as posbias::to_json does.
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  throw MalformedCase(what + " must be a number, got " + describe(value));
+}
+
+double get_number(const json& c, const char* name) {
+  return as_number(field(c, name), std::string("field '") + name + "'");
+}
+
+std::vector<double> as_numbers(const json& value, const std::string& what) {
+  if (!value.is_array()) {
+    throw MalformedCase(what + " must be an array of numbers, got " + describe(value));
+  }
+  std::vector<double> out;
+  out.reserve(value.size());
+  for (std::size_t k = 0; k < value.size(); ++k) {
+    out.push_back(as_number(value[k], what + "[" + std::to_string(k) + "]"));
+  }
+  return out;
+}
+
+std::vector<double> get_numbers(const json& c, const char* name) {
+  return as_numbers(field(c, name), std::string("field '") + name + "'");
+}
+
+std::vector<std::int64_t> get_shape(const json& c, const char* name) {
+  const json& value = field(c, name);
+  const std::string what = std::string("field '") + name + "'";
+  if (!value.is_array()) {
+    throw MalformedCase(what + " must be an array of integers, got " + describe(value));
+  }
+  std::vector<std::int64_t> shape;
+  for (std::size_t k = 0; k < value.size(); ++k) {
+    const std::int64_t extent = as_int(value[k], what + "[" + std::to_string(k) + "]");
+    if (extent < 0) {
+      throw MalformedCase(what + " has a negative extent: " + value.dump());
+    }
+    shape.push_back(extent);
+  }
+  return shape;
+}
+
+// Slopes as the float32 values a module is given. Missing or null: nullopt
+// (the default schedule).
+std::optional<std::vector<float>> get_optional_slopes(const json& c, const char* name) {
+  const auto it = c.find(name);
+  if (it == c.end() || it->is_null()) return std::nullopt;
+  std::vector<float> slopes;
+  for (double v : as_numbers(*it, std::string("field '") + name + "'")) {
+    slopes.push_back(static_cast<float>(v));
+  }
+  return slopes;
+}
+
+// ------------------------------------------------------------- comparison
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d) s += ", ";
+    s += std::to_string(shape[d]);
+  }
+  return s + "]";
+}
+
+std::int64_t element_count(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t e : shape) {
+    if (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e) {
+      throw MalformedCase("shape " + shape_text(shape) + " is too large");
+    }
+    n *= e;
+  }
+  return n;
+}
+
+// Multi-index of flat element `flat` of a row-major `shape`.
+std::vector<std::int64_t> unflatten(std::int64_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> index(shape.size(), 0);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] > 0) {
+      index[d] = flat % shape[d];
+      flat /= shape[d];
+    }
+  }
+  return index;
+}
+
+std::string number_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+bool close_enough(float got, double want) {
+  const double g = static_cast<double>(got);
+  if (std::isnan(want)) return std::isnan(g);
+  // An infinite value matches only itself (the tolerance 1e-5 |want| would
+  // be infinite and accept anything).
+  if (!std::isfinite(want) || !std::isfinite(g)) return g == want;
+  return std::fabs(g - want) <= 1e-6 + 1e-5 * std::fabs(want);
+}
+
+// The expected values of a case: `shape` and flat row-major `data` of the
+// same size.
+struct Expected {
+  std::vector<std::int64_t> shape;
+  std::vector<double> data;
+};
+
+Expected get_expected(const json& c, const char* shape_name, const char* data_name) {
+  Expected e;
+  e.shape = get_shape(c, shape_name);
+  e.data = get_numbers(c, data_name);
+  if (element_count(e.shape) != static_cast<std::int64_t>(e.data.size())) {
+    throw MalformedCase("field '" + std::string(shape_name) + "' " + shape_text(e.shape) +
+                        " holds " + std::to_string(element_count(e.shape)) + " elements but '" +
+                        data_name + "' has " + std::to_string(e.data.size()));
+  }
+  return e;
+}
+
+// Empty when `got` has the expected shape and values; else what differs: the
+// shapes, or the first bad element with got vs expected and how many differ.
+std::string compare(const std::vector<std::int64_t>& got_shape, const std::vector<float>& got,
+                    const Expected& want) {
+  if (got_shape != want.shape) {
+    return "shape " + shape_text(got_shape) + ", expected " + shape_text(want.shape);
+  }
+  std::size_t bad = 0;
+  std::size_t first = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (!close_enough(got[k], want.data[k])) {
+      if (bad == 0) first = k;
+      ++bad;
+    }
+  }
+  if (bad == 0) return "";
+  std::string s = "element " + shape_text(unflatten(static_cast<std::int64_t>(first), want.shape)) +
+                  " (flat " + std::to_string(first) + "): got " +
+                  format_float_roundtrip(got[first]) + ", expected " +
+                  number_text(want.data[first]);
+  if (bad > 1) {
+    s += " (" + std::to_string(bad) + " of " + std::to_string(got.size()) + " elements differ)";
+  }
+  return s;
+}
+
+std::string compare_tensor(const Tensor& got, const Expected& want) {
+  return compare(got.shape(), got.to_float_vector(), want);
+}
+
+std::string compare_slopes(const std::vector<float>& got, const json& c) {
+  Expected want;
+  want.data = get_numbers(c, "slopes");
+  want.shape = {static_cast<std::int64_t>(want.data.size())};
+  return compare({static_cast<std::int64_t>(got.size())}, got, want);
+}
+
+// ------------------------------------------------------------ the checkers
+//
+// Each returns "" when the case passes, else a one-line description of the
+// first difference; a malformed case throws MalformedCase, a refused argument
+// the library's exception.
+
+struct CheckContext {
+  std::string base_dir;  // where files named by a case live
+};
+
+using CheckFn = std::string (*)(const json& c, const CheckContext& ctx);
+
+std::string check_alibi_slopes(const json& c, const CheckContext&) {
+  return compare_slopes(alibi_slopes(get_int(c, "heads")), c);
+}
+
+std::string check_ggml_slopes(const json& c, const CheckContext&) {
+  const auto max_bias = static_cast<float>(get_number(c, "max_bias"));
+  return compare_slopes(alibi_slopes_max_bias(get_int(c, "heads"), max_bias), c);
+}
+
+// One module for all calls, in order, so that later calls may be served from
+// the bias stored by earlier ones.
+std::string check_alibi_positional_bias(const json& c, const CheckContext&) {
+  const std::int64_t heads = get_int(c, "heads");
+  const std::int64_t total_heads = get_int(c, "total_heads");
+  const std::optional<std::vector<float>> slopes = get_optional_slopes(c, "slopes");
+  const json& calls = field(c, "calls");
+  if (!calls.is_array()) {
+    throw MalformedCase("field 'calls' must be an array, got " + describe(calls));
+  }
+  const AlibiPositionalBias module = slopes ? AlibiPositionalBias(heads, total_heads, *slopes)
+                                            : AlibiPositionalBias(heads, total_heads);
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const json& call = calls[k];
+    const std::string where = "call " + std::to_string(k);
+    try {
+      if (!call.is_object()) {
+        throw MalformedCase("must be an object, got " + describe(call));
+      }
+      const std::int64_t i = get_int(call, "i");
+      const std::int64_t j = get_int(call, "j");
+      const Expected want = get_expected(call, "shape", "data");
+      const std::string diff = compare_tensor(module.forward(i, j), want);
+      if (!diff.empty()) {
+        return where + " (i = " + std::to_string(i) + ", j = " + std::to_string(j) + "): " + diff;
+      }
+    } catch (const MalformedCase& e) {
+      throw MalformedCase(where + ": " + e.what());
+    }
+  }
+  return "";
+}
+
+std::string check_alibi_bias(const json& c, const CheckContext&) {
+  const std::int64_t n_heads = get_int(c, "n_heads");
+  const bool causal = get_bool(c, "causal");
+  const std::optional<std::vector<float>> slopes = get_optional_slopes(c, "slopes");
+  const std::int64_t q_len = get_int(c, "q_len");
+  const std::int64_t k_len = get_int(c, "k_len");
+  const Expected want = get_expected(c, "shape", "data");
+  if (slopes && slopes->empty()) {
+    // AlibiBias reads an empty list as "the default"; in a case it is a
+    // mistake (null means the default), so it must not pass by accident.
+    throw MalformedCase("field 'slopes' is an empty list (null means the default)");
+  }
+  const AlibiBias builder(n_heads, causal, slopes.value_or(std::vector<float>{}));
+  return compare_tensor(builder.build(q_len, k_len), want);
+}
+
+struct KindEntry {
+  const char* kind;
+  CheckFn check;  // nullptr: defined by the format, not checked by this build
+};
+
+// Adding a kind: write its checker above and give it its row here.
+constexpr KindEntry kKinds[] = {
+    {"alibi_slopes", check_alibi_slopes},
+    {"ggml_slopes", check_ggml_slopes},
+    {"alibi_positional_bias", check_alibi_positional_bias},
+    {"alibi_bias", check_alibi_bias},
+    {"dynamic_position_bias", nullptr},
+    {"dynamic_position_bias_file", nullptr},
+    {"t5_bucket", nullptr},
+    {"attention", nullptr},
+};
+
+const KindEntry* find_kind(const std::string& kind) {
+  for (const KindEntry& entry : kKinds) {
+    if (kind == entry.kind) return &entry;
+  }
+  return nullptr;
+}
+
+CaseResult check_case(const json& c, std::size_t index, const CheckContext& ctx) {
+  CaseResult result;
+  result.index = index;
+  result.status = CaseStatus::kFailed;
+  try {
+    if (!c.is_object()) {
+      throw MalformedCase("a case must be an object, got " + describe(c));
+    }
+    const json& kind = field(c, "kind");
+    if (!kind.is_string()) {
+      throw MalformedCase("field 'kind' must be a string, got " + describe(kind));
+    }
+    result.kind = kind.get<std::string>();
+    const KindEntry* entry = find_kind(result.kind);
+    if (entry == nullptr) {
+      result.status = CaseStatus::kSkipped;
+      result.known_kind = false;
+      result.message = "unknown kind '" + result.kind + "'";
+      return result;
+    }
+    if (entry->check == nullptr) {
+      result.status = CaseStatus::kSkipped;
+      result.message = "kind '" + result.kind + "' is not checked by this build yet";
+      return result;
+    }
+    result.message = entry->check(c, ctx);
+    if (result.message.empty()) result.status = CaseStatus::kPassed;
+  } catch (const MalformedCase& e) {
+    result.message = std::string("malformed case: ") + e.what();
+  } catch (const json::exception& e) {
+    result.message = std::string("malformed case: ") + e.what();
+  } catch (const std::invalid_argument& e) {
+    result.message = std::string("posbias refused the case: ") + e.what();
+  } catch (const std::length_error& e) {
+    result.message = std::string("posbias refused the case: ") + e.what();
+  } catch (const std::exception& e) {
+    result.message = std::string("error: ") + e.what();
+  }
+  return result;
+}
+
+}  // namespace
+
+std::size_t GoldenReport::passed() const {
+  std::size_t n = 0;
+  for (const CaseResult& c : cases) n += c.status == CaseStatus::kPassed;
+  return n;
+}
+
+std::size_t GoldenReport::failed() const {
+  std::size_t n = 0;
+  for (const CaseResult& c : cases) n += c.status == CaseStatus::kFailed;
+  return n;
+}
+
+std::size_t GoldenReport::skipped() const {
+  std::size_t n = 0;
+  for (const CaseResult& c : cases) n += c.status == CaseStatus::kSkipped;
+  return n;
+}
+
+std::string GoldenReport::summary() const {
+  return std::to_string(passed()) + " passed, " + std::to_string(failed()) + " failed, " +
+         std::to_string(skipped()) + " skipped";
+}
+
+GoldenReport check_golden_text(const std::string& json_text, const std::string& base_dir) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw GoldenFileError(std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) {
+    throw GoldenFileError("expected a JSON object with a \"cases\" array, got " + describe(doc));
+  }
+  const auto cases = doc.find("cases");
+  if (cases == doc.end() || !cases->is_array()) {
+    throw GoldenFileError("expected a \"cases\" array at the top level");
+  }
+  CheckContext ctx;
+  ctx.base_dir = base_dir;
+  GoldenReport report;
+  for (std::size_t k = 0; k < cases->size(); ++k) {
+    report.cases.push_back(check_case((*cases)[k], k, ctx));
+  }
+  return report;
+}
+
+GoldenReport check_golden_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw GoldenFileError("cannot read '" + path + "': it is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw GoldenFileError("cannot read '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw GoldenFileError("cannot read '" + path + "': read error");
+  }
+  try {
+    return check_golden_text(text.str(), fs::path(path).parent_path().string());
+  } catch (const GoldenFileError& e) {
+    throw GoldenFileError("'" + path + "': " + e.what());
+  }
+}
+
+std::vector<std::string> golden_checked_kinds() {
+  std::vector<std::string> kinds;
+  for (const KindEntry& entry : kKinds) {
+    if (entry.check != nullptr) kinds.emplace_back(entry.kind);
+  }
+  return kinds;
+}
+
+std::vector<std::string> golden_pending_kinds() {
+  std::vector<std::string> kinds;
+  for (const KindEntry& entry : kKinds) {
+    if (entry.check == nullptr) kinds.emplace_back(entry.kind);
+  }
+  return kinds;
+}
+
+}  // namespace posbias::cli

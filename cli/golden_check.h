@@ -1,0 +1,75 @@
+// Checks this build against a reference-vector file in the format of
+// tests/data/golden/README.md (the project's golden.json: cases computed by an
+// independent PyTorch implementation of SPEC.md).
+//
+// Every case has a `kind`. A table in golden_check.cc maps each kind to the
+// function that checks it; kinds the format defines but this build does not
+// compute yet, and kinds nobody knows, are counted as skipped, never passed.
+// Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|.
+//
+//   posbias::cli::GoldenReport report =
+//       posbias::cli::check_golden_file("tests/data/golden/golden.json");
+//   for (const auto& c : report.cases) {
+//     if (c.status == posbias::cli::CaseStatus::kFailed) std::cout << c.message;
+//   }
+//   std::cout << report.summary() << "\n";  // "45 passed, 0 failed, 15 skipped"
+//
+// Used by `posbias check-golden` and by the tests in tests/cli/.
+#ifndef POSBIAS_CLI_GOLDEN_CHECK_H_
+#define POSBIAS_CLI_GOLDEN_CHECK_H_
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace posbias::cli {
+
+enum class CaseStatus { kPassed, kFailed, kSkipped };
+
+/// The outcome of one case of the file.
+struct CaseResult {
+  std::size_t index = 0;  // position in the file's "cases" array
+  std::string kind;       // empty when the case has no readable kind
+  CaseStatus status = CaseStatus::kPassed;
+  bool known_kind = true;  // false: a kind the format does not define
+  std::string message;     // why it failed or was skipped; empty if passed
+};
+
+struct GoldenReport {
+  std::vector<CaseResult> cases;  // in file order
+
+  std::size_t passed() const;
+  std::size_t failed() const;
+  std::size_t skipped() const;
+  /// "N passed, M failed, K skipped".
+  std::string summary() const;
+};
+
+/// The file cannot be read, is not JSON, or is not an object with a "cases"
+/// array. (A malformed *case* is not this error: it is a failed case.)
+class GoldenFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Reads and checks the file at `path`. Files a case refers to (the
+/// safetensors of `dynamic_position_bias_file`) are looked up beside it.
+/// Throws GoldenFileError; never throws for a bad case.
+GoldenReport check_golden_file(const std::string& path);
+
+/// Checks the JSON text of a golden file; `base_dir` is where files named by
+/// cases are looked up. Throws GoldenFileError for text that is not a golden
+/// file.
+GoldenReport check_golden_text(const std::string& json_text, const std::string& base_dir);
+
+/// The kinds this build checks, in table order.
+std::vector<std::string> golden_checked_kinds();
+
+/// The kinds the format defines that this build does not check yet (their
+/// cases are skipped).
+std::vector<std::string> golden_pending_kinds();
+
+}  // namespace posbias::cli
+
+#endif  // POSBIAS_CLI_GOLDEN_CHECK_H_
