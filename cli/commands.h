@@ -1,0 +1,42 @@
+// The subcommands of the `posbias` tool. Each add_*_command registers its
+// options on the CLI11 app and returns what runs it once the command line has
+// been parsed; main() picks the one that was given.
+//
+// Errors: a bad argument value (caught by the library or by the command)
+// throws std::invalid_argument or std::length_error with the values in the
+// message; main() turns it into exit code 2 and one line on stderr.
+#ifndef POSBIAS_CLI_COMMANDS_H_
+#define POSBIAS_CLI_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <ostream>
+
+namespace posbias::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  // Writes the command's output to `out` and returns the exit code.
+  std::function<int(std::ostream& out)> run;
+};
+
+/// `posbias slopes`: ALiBi slope schedules.
+Command add_slopes_command(CLI::App& app);
+/// `posbias alibi`: AlibiPositionalBias(H, T).forward(i, j).
+Command add_alibi_command(CLI::App& app);
+/// `posbias alibi-bias`: the "ALiBi" seed's AlibiBias builder.
+Command add_alibi_bias_command(CLI::App& app);
+/// `posbias demo`: the documentation's examples, explained.
+Command add_demo_command(CLI::App& app);
+/// `posbias check-golden FILE`: this build against reference vectors.
+Command add_check_golden_command(CLI::App& app);
+/// `posbias bench SUITE`: the benchmark suites of benchmarks/bench_suite.h.
+Command add_bench_command(CLI::App& app);
+
+/// A CLI11 validator for integer options: rejects values that do not fit in
+/// int64 (CLI11 2.1 would silently saturate them).
+const CLI::Validator& int64_in_range();
+
+}  // namespace posbias::cli
+
+#endif  // POSBIAS_CLI_COMMANDS_H_

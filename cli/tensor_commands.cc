@@ -1,0 +1,240 @@
+// `posbias slopes`, `posbias alibi` and `posbias alibi-bias`: one library call
+// each, printed like PyTorch's print(tensor) or as JSON.
+#include <charconv>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "commands.h"
+#include "posbias/alibi.h"
+#include "posbias/dtype.h"
+#include "posbias/slopes.h"
+#include "posbias/tensor.h"
+
+namespace posbias::cli {
+namespace {
+
+constexpr const char* kFormatHelp =
+    "text: like print(tensor) in PyTorch; json: {\"shape\": [...], \"data\": "
+    "[...]}, row-major, every value, exact";
+
+void add_format_option(CLI::App& sub, std::string& format) {
+  sub.add_option("--format", format, kFormatHelp)
+      ->check(CLI::IsMember({"text", "json"}))
+      ->default_str("text");
+}
+
+void print_tensor(std::ostream& out, const Tensor& t, const std::string& format) {
+  out << (format == "json" ? to_json(t) : format_tensor(t)) << '\n';
+}
+
+// The number after an optional sign, whole string; nullopt if it is not one.
+std::optional<std::int64_t> parse_int64(const std::string& text) {
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (begin != end && *begin == '+') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end || begin == end) return std::nullopt;
+  return value;
+}
+
+// "H0:H1" -> {H0, H1}.
+std::pair<std::int64_t, std::int64_t> parse_head_range(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  if (colon != std::string::npos) {
+    const auto h0 = parse_int64(text.substr(0, colon));
+    const auto h1 = parse_int64(text.substr(colon + 1));
+    if (h0 && h1) return {*h0, *h1};
+  }
+  throw std::invalid_argument("--range must be H0:H1 (two integers, heads [H0, H1)), got '" + text +
+                              "'");
+}
+
+// --slopes given without a value (`--slopes ""`) is a mistake, not "default".
+void check_slopes_given(const CLI::Option* option, const std::vector<float>& slopes) {
+  if (option->count() > 0 && slopes.empty()) {
+    throw std::invalid_argument("--slopes needs at least one value, e.g. --slopes 0.5,0.25");
+  }
+}
+
+CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {
+  return sub.add_option("--slopes", slopes, help)->delimiter(',')->type_name("S1,S2,...");
+}
+
+}  // namespace
+
+const CLI::Validator& int64_in_range() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const char* begin = text.data();
+        const char* end = text.data() + text.size();
+        if (begin != end && *begin == '+') ++begin;
+        const auto result = std::from_chars(begin, end, value);
+        if (result.ec == std::errc::result_out_of_range) {
+          return text + " does not fit in a 64-bit integer";
+        }
+        return "";  // anything else is CLI11's conversion to judge
+      },
+      "");
+  return validator;
+}
+
+// ------------------------------------------------------------------ slopes
+
+Command add_slopes_command(CLI::App& app) {
+  struct Args {
+    std::int64_t heads = 0;
+    std::optional<float> max_bias;
+    std::string range;
+    std::string format = "text";
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("slopes", "The ALiBi slopes of N heads");
+  sub->footer(
+      "The paper's schedule (x-transformers, BLOOM, MPT), or with --max-bias ggml's\n"
+      "/ MPT's. --range H0:H1 gives heads [H0, H1) of the N-head schedule, what a\n"
+      "tensor-parallel rank holding them needs.\n"
+      "Example:\n"
+      "  posbias slopes --heads 12 --range 8:12 --format json");
+  sub->add_option("--heads", args->heads, "Number of heads N (>= 1)")
+      ->required()
+      ->check(int64_in_range());
+  sub->add_option("--max-bias", args->max_bias,
+                  "ggml / MPT max_bias (8 gives the standard slopes; <= 0 gives "
+                  "slope 1 for every head, as in ggml)");
+  sub->add_option("--range", args->range,
+                  "Only heads [H0, H1) of the N-head schedule, as a rank holding "
+                  "those heads needs them")
+      ->type_name("H0:H1");
+  add_format_option(*sub, args->format);
+
+  return {sub, [args](std::ostream& out) {
+            std::vector<float> slopes;
+            if (args->range.empty()) {
+              slopes = args->max_bias ? alibi_slopes_max_bias(args->heads, *args->max_bias)
+                                      : alibi_slopes(args->heads);
+            } else {
+              const auto [h0, h1] = parse_head_range(args->range);
+              slopes = args->max_bias
+                           ? alibi_slopes_range_max_bias(args->heads, h0, h1, *args->max_bias)
+                           : alibi_slopes_range(args->heads, h0, h1);
+            }
+            const auto n = static_cast<std::int64_t>(slopes.size());
+            print_tensor(out, Tensor::from_vector({n}, slopes), args->format);
+            return 0;
+          }};
+}
+
+// ------------------------------------------------------------------- alibi
+
+Command add_alibi_command(CLI::App& app) {
+  struct Args {
+    std::optional<std::int64_t> heads;
+    std::optional<std::int64_t> total_heads;
+    std::int64_t i = 0;
+    std::int64_t j = 0;
+    std::string dtype = "float32";
+    std::string format = "text";
+    std::vector<float> slopes;
+    CLI::Option* slopes_option = nullptr;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub =
+      app.add_subcommand("alibi", "The ALiBi bias AlibiPositionalBias(H, T).forward(i, j)");
+  sub->footer(
+      "Shape [T, i, j]: bias[h][r][c] = -slope[h] * |c - (j - i + r)| for h < H\n"
+      "(the queries are the last i of the j keys), 0 for heads H..T-1.\n"
+      "Example:\n"
+      "  posbias alibi --heads 4 --total-heads 8 -i 8 -j 15");
+  sub->add_option("--heads", args->heads, "Biased heads H (>= 1); may be left out with --slopes")
+      ->check(int64_in_range());
+  sub->add_option("--total-heads", args->total_heads,
+                  "All heads T (>= H; default H); the last T - H get no bias")
+      ->check(int64_in_range());
+  sub->add_option("-i", args->i, "Query length (>= 0)")->required()->check(int64_in_range());
+  sub->add_option("-j", args->j, "Key length (>= 0)")->required()->check(int64_in_range());
+  sub->add_option("--dtype", args->dtype,
+                  "Output dtype: float32, bfloat16 or float16 (computed in "
+                  "float32, rounded once)")
+      ->default_str("float32");
+  add_format_option(*sub, args->format);
+  args->slopes_option =
+      add_slopes_option(*sub, args->slopes,
+                        "Custom slopes, one per biased head (default: alibi_slopes(H)); used as "
+                        "given, positive slopes penalise distance");
+
+  return {sub, [args](std::ostream& out) {
+            check_slopes_given(args->slopes_option, args->slopes);
+            const DType dtype = parse_dtype(args->dtype);
+            if (!args->heads && args->slopes.empty()) {
+              throw std::invalid_argument("--heads is required (or give --slopes)");
+            }
+            const std::int64_t heads =
+                args->heads.value_or(static_cast<std::int64_t>(args->slopes.size()));
+            const AlibiPositionalBias module =
+                args->slopes.empty()
+                    ? AlibiPositionalBias(heads, args->total_heads, dtype)
+                    : AlibiPositionalBias(heads, args->total_heads, args->slopes, dtype);
+            print_tensor(out, module.forward(args->i, args->j), args->format);
+            return 0;
+          }};
+}
+
+// -------------------------------------------------------------- alibi-bias
+
+Command add_alibi_bias_command(CLI::App& app) {
+  struct Args {
+    std::int64_t heads = 0;
+    bool causal = true;
+    std::int64_t q_len = 0;
+    std::int64_t k_len = 0;
+    std::string dtype = "float32";
+    std::string format = "text";
+    std::vector<float> slopes;
+    CLI::Option* slopes_option = nullptr;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "alibi-bias", "The \"ALiBi\" seed's AlibiBias(n_heads, causal).build(q_len, k_len)");
+  sub->footer(
+      "Shape [1, n_heads, q_len, k_len] with the seed's top-left positions (query\n"
+      "r, key c): bias = slope * max(r - c, 0) (causal) or slope * |r - c|, the\n"
+      "slopes used with their sign.\n"
+      "The seed's worked example:\n"
+      "  posbias alibi-bias --heads 1 --no-causal --slopes -0.2 -i 3 -j 3");
+  sub->add_option("--heads,--n-heads", args->heads, "Number of heads (>= 1)")
+      ->required()
+      ->check(int64_in_range());
+  sub->add_flag("--causal,!--no-causal", args->causal,
+                "Causal distance max(r - c, 0) (the default; future keys get 0, "
+                "masking them is separate) or, with --no-causal, |r - c|");
+  sub->add_option("-i,--q-len", args->q_len, "Query length (>= 0)")
+      ->required()
+      ->check(int64_in_range());
+  sub->add_option("-j,--k-len", args->k_len, "Key length (>= 0)")
+      ->required()
+      ->check(int64_in_range());
+  sub->add_option("--dtype", args->dtype, "Output dtype: float32, bfloat16 or float16")
+      ->default_str("float32");
+  add_format_option(*sub, args->format);
+  args->slopes_option =
+      add_slopes_option(*sub, args->slopes,
+                        "Custom slopes, one per head, used with their sign (default: the seed's "
+                        "linspace(-0.05, -0.5, n_heads))");
+
+  return {sub, [args](std::ostream& out) {
+            check_slopes_given(args->slopes_option, args->slopes);
+            const DType dtype = parse_dtype(args->dtype);
+            const AlibiBias builder(args->heads, args->causal, args->slopes);
+            print_tensor(out, builder.build(args->q_len, args->k_len, dtype), args->format);
+            return 0;
+          }};
+}
+
+}  // namespace posbias::cli

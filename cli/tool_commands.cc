@@ -1,0 +1,100 @@
+// `posbias demo`, `posbias check-golden` and `posbias bench`: the command-line
+// side of work done in demo.cc, golden_check.cc and benchmarks/bench_suite.cc.
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "bench_suite.h"
+#include "commands.h"
+#include "demo.h"
+#include "golden_check.h"
+
+namespace posbias::cli {
+
+Command add_demo_command(CLI::App& app) {
+  CLI::App* sub =
+      app.add_subcommand("demo", "The documentation's ALiBi examples, run and explained");
+  sub->footer(
+      "Runs the usage examples of the AlibiPositionalBias documentation (heads 4 of\n"
+      "8: (10, 10), (5, 5) from the stored bias, (8, 15)), a decode step, and the\n"
+      "\"ALiBi\" seed's worked example, and says what each shows. Exit code 1 if\n"
+      "something it states does not hold.");
+  return {sub, [](std::ostream& out) { return run_demo(out); }};
+}
+
+// Exit code 1 if a case failed; GoldenFileError (unreadable or malformed
+// file) becomes exit code 2 in main(), like any bad argument.
+Command add_check_golden_command(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  CLI::App* sub =
+      app.add_subcommand("check-golden", "Check this build against a reference-vector file");
+  sub->footer(
+      "The format is tests/data/golden/README.md. Prints one line per failing case,\n"
+      "then 'N passed, M failed, K skipped' (skipped: kinds this build does not\n"
+      "check yet, and unknown kinds). Exit code 1 if a case failed, 2 if the file\n"
+      "cannot be read or is not a golden file.");
+  sub->add_option("file", *file, "The golden file, e.g. tests/data/golden/golden.json")->required();
+  return {sub, [file](std::ostream& out) {
+            const GoldenReport report = check_golden_file(*file);
+            // Pending kinds are summarised per kind; unknown kinds are listed
+            // one by one, since they are more likely a typo than a plan.
+            std::map<std::string, std::size_t> pending;
+            for (const CaseResult& c : report.cases) {
+              if (c.status == CaseStatus::kFailed) {
+                out << "FAIL case " << c.index << " (" << (c.kind.empty() ? "no kind" : c.kind)
+                    << "): " << c.message << "\n";
+              } else if (c.status == CaseStatus::kSkipped && !c.known_kind) {
+                out << "skip case " << c.index << ": " << c.message << "\n";
+              } else if (c.status == CaseStatus::kSkipped) {
+                ++pending[c.kind];
+              }
+            }
+            for (const auto& [kind, count] : pending) {
+              out << "skip " << count << " case" << (count == 1 ? "" : "s") << " of kind '" << kind
+                  << "' (not checked by this build yet)\n";
+            }
+            out << report.summary() << "\n";
+            return report.failed() > 0 ? 1 : 0;
+          }};
+}
+
+Command add_bench_command(CLI::App& app) {
+  struct Args {
+    std::string suite;
+    bench::BenchOptions options;
+  };
+  auto args = std::make_shared<Args>();
+  std::string suites;
+  for (const std::string& name : bench::suite_names()) {
+    suites += (suites.empty() ? "" : ", ") + name;
+  }
+  CLI::App* sub = app.add_subcommand("bench", "Time a benchmark suite (" + suites + ")");
+  sub->footer(
+      "Reports medians over repeated runs after a warm-up, each with the medians of\n"
+      "its baselines measured in the same run. --json prints one object per line\n"
+      "per case (case, median_ms, baselines), a stable interface for dashboards.");
+  sub->add_option("suite", args->suite, "The suite to run: " + suites)->required();
+  sub->add_flag("--json", args->options.json,
+                "One JSON object per line per case, with case, median_ms and baselines");
+  sub->add_option("--repetitions", args->options.repetitions,
+                  "Timed runs per case (>= 1); the median is reported")
+      ->default_str(std::to_string(args->options.repetitions));
+  sub->add_option("--warmup", args->options.warmup, "Untimed runs first (>= 0)")
+      ->default_str(std::to_string(args->options.warmup));
+  sub->add_flag("--quick", args->options.quick, "Smaller sizes (to test the harness)");
+  return {sub, [args](std::ostream& out) {
+            if (args->options.repetitions < 1) {
+              throw std::invalid_argument("--repetitions must be >= 1, got " +
+                                          std::to_string(args->options.repetitions));
+            }
+            if (args->options.warmup < 0) {
+              throw std::invalid_argument("--warmup must be >= 0, got " +
+                                          std::to_string(args->options.warmup));
+            }
+            bench::run_suite(args->suite, args->options, out);
+            return 0;
+          }};
+}
+
+}  // namespace posbias::cli
