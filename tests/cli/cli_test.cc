@@ -1,0 +1,473 @@
+// The posbias tool run as a separate process (fork + exec, no shell): the
+// output of every subcommand, exit codes, and one-line errors on stderr.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "posbias/alibi.h"
+#include "posbias/slopes.h"
+#include "posbias/tensor.h"
+#include "posbias/version.h"
+
+namespace posbias::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal if the process was killed
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A file in the temporary directory, removed when this goes out of scope.
+class TempFile {
+ public:
+  TempFile() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "posbias_cli_test_XXXXXX").string();
+    fd_ = mkstemp(pattern.data());
+    path_ = pattern;
+  }
+  ~TempFile() {
+    if (fd_ >= 0) close(fd_);
+    std::remove(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Runs the posbias tool with `args`, stdout and stderr captured in files (no
+// pipes, so a large output cannot dead-lock the test).
+ProcessResult run_posbias(const std::vector<std::string>& args) {
+  TempFile out;
+  TempFile err;
+  EXPECT_GE(out.fd(), 0);
+  EXPECT_GE(err.fd(), 0);
+  std::vector<std::string> argv_storage = {POSBIAS_CLI_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out.fd(), STDOUT_FILENO);
+    dup2(err.fd(), STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ProcessResult run;
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    ADD_FAILURE() << "could not run " << POSBIAS_CLI_PATH;
+    return run;
+  }
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.out = read_file(out.path());
+  run.err = read_file(err.path());
+  return run;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string describe(const std::vector<std::string>& args, const ProcessResult& run) {
+  std::string s = "posbias";
+  for (const std::string& a : args) s += " '" + a + "'";
+  return s + "\n--- exit code " + std::to_string(run.exit_code) + "\n--- stdout:\n" + run.out +
+         "\n--- stderr:\n" + run.err;
+}
+
+// Runs a command that must succeed with nothing on stderr.
+ProcessResult run_ok(const std::vector<std::string>& args) {
+  ProcessResult run = run_posbias(args);
+  EXPECT_EQ(run.exit_code, 0) << describe(args, run);
+  EXPECT_EQ(run.err, "") << describe(args, run);
+  return run;
+}
+
+// The float32 values of a {"shape", "data"} document, after checking it
+// parses and has `shape`.
+std::vector<float> json_tensor(const std::string& text, const std::vector<std::int64_t>& shape) {
+  const json doc = json::parse(text);  // throws (fails the test) if not JSON
+  EXPECT_EQ(doc.at("shape").get<std::vector<std::int64_t>>(), shape);
+  std::vector<float> values;
+  for (const json& v : doc.at("data")) values.push_back(v.get<float>());
+  return values;
+}
+
+// --------------------------------------------------------------- the basics
+
+TEST(Cli, VersionPrintsTheLibraryVersion) {
+  const ProcessResult run = run_ok({"--version"});
+  EXPECT_EQ(run.out, std::string("posbias ") + version() + "\n");
+}
+
+TEST(Cli, HelpExitsZero) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"},
+                                               {"-h"},
+                                               {"slopes", "--help"},
+                                               {"alibi", "--help"},
+                                               {"alibi-bias", "--help"},
+                                               {"demo", "--help"},
+                                               {"check-golden", "--help"},
+                                               {"bench", "--help"}}) {
+    const ProcessResult run = run_ok(args);
+    EXPECT_NE(run.out.find("Usage: posbias"), std::string::npos) << describe(args, run);
+  }
+  const ProcessResult top = run_ok({"--help"});
+  for (const char* command : {"demo", "slopes", "alibi", "alibi-bias", "check-golden", "bench"}) {
+    EXPECT_NE(top.out.find(std::string("  ") + command + " "), std::string::npos)
+        << "--help does not list " << command << "\n"
+        << top.out;
+  }
+}
+
+// ------------------------------------------------------------------ slopes
+
+TEST(Cli, SlopesJsonIsExact) {
+  const ProcessResult run = run_ok({"slopes", "--heads", "6", "--format", "json"});
+  EXPECT_EQ(run.out,
+            "{\"shape\": [6], \"data\": [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]}\n");
+  EXPECT_EQ(json_tensor(run.out, {6}), alibi_slopes(6));
+}
+
+TEST(Cli, SlopesTextIsOneTensorLine) {
+  const ProcessResult run = run_ok({"slopes", "--heads", "8"});
+  EXPECT_EQ(run.out, "tensor([0.5000, 0.2500, 0.1250, 0.0625, 0.0312, 0.0156, 0.0078, 0.0039])\n");
+}
+
+TEST(Cli, SlopesNonPowerOfTwoKeepsTheReferenceOrder) {
+  const ProcessResult run = run_ok({"slopes", "--heads", "12", "--format", "json"});
+  const std::vector<float> slopes = json_tensor(run.out, {12});
+  EXPECT_EQ(slopes, alibi_slopes(12));
+  EXPECT_EQ(slopes[8], 0.707106769f);
+}
+
+TEST(Cli, SlopesRangeIsThatPartOfTheFullSchedule) {
+  const ProcessResult run =
+      run_ok({"slopes", "--heads", "12", "--range", "8:12", "--format", "json"});
+  const std::vector<float> all = alibi_slopes(12);
+  EXPECT_EQ(json_tensor(run.out, {4}), std::vector<float>(all.begin() + 8, all.end()));
+}
+
+TEST(Cli, SlopesMaxBias) {
+  const ProcessResult run =
+      run_ok({"slopes", "--heads", "8", "--max-bias", "4", "--format", "json"});
+  EXPECT_EQ(json_tensor(run.out, {8}), alibi_slopes_max_bias(8, 4.0f));
+  const ProcessResult range = run_ok(
+      {"slopes", "--heads", "24", "--max-bias", "4", "--range", "16:24", "--format", "json"});
+  EXPECT_EQ(json_tensor(range.out, {8}), alibi_slopes_range_max_bias(24, 16, 24, 4.0f));
+}
+
+// ------------------------------------------------------------------- alibi
+
+TEST(Cli, AlibiJsonIsExact) {
+  const ProcessResult run = run_ok(
+      {"alibi", "--heads", "1", "--slopes", "0.5", "-i", "2", "-j", "3", "--format", "json"});
+  EXPECT_EQ(run.out, "{\"shape\": [1, 2, 3], \"data\": [-0.5, 0, -0.5, -1, -0.5, 0]}\n");
+}
+
+TEST(Cli, AlibiSlopesAloneSetTheHeads) {
+  const ProcessResult run =
+      run_ok({"alibi", "--slopes", "0.5,0.25", "-i", "1", "-j", "2", "--format", "json"});
+  EXPECT_EQ(run.out, "{\"shape\": [2, 1, 2], \"data\": [-0.5, 0, -0.25, 0]}\n");
+}
+
+TEST(Cli, AlibiTextLooksLikePrintInPyTorch) {
+  const ProcessResult run =
+      run_ok({"alibi", "--heads", "1", "--slopes", "0.5", "-i", "2", "-j", "3"});
+  EXPECT_EQ(run.out,
+            "tensor([[[-0.5000,  0.0000, -0.5000],\n"
+            "         [-1.0000, -0.5000,  0.0000]]])\n");
+}
+
+TEST(Cli, AlibiDocumentationExampleMatchesTheLibrary) {
+  const ProcessResult run = run_ok(
+      {"alibi", "--heads", "4", "--total-heads", "8", "-i", "8", "-j", "15", "--format", "json"});
+  const std::vector<float> values = json_tensor(run.out, {8, 8, 15});
+  EXPECT_EQ(values, AlibiPositionalBias(4, 8).forward(8, 15).to_float_vector());
+  // Heads 4..7 are zero.
+  for (std::size_t k = 4 * 8 * 15; k < values.size(); ++k) ASSERT_EQ(values[k], 0.0f);
+}
+
+TEST(Cli, AlibiDtypes) {
+  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"bfloat16", DType::kBFloat16},
+                                    {"float16", DType::kFloat16},
+                                    {"float32", DType::kFloat32}}) {
+    const ProcessResult run = run_ok({"alibi", "--heads", "12", "--total-heads", "16", "-i", "5",
+                                      "-j", "9", "--dtype", name, "--format", "json"});
+    const AlibiPositionalBias module(12, 16, dtype);
+    EXPECT_EQ(json_tensor(run.out, {16, 5, 9}), module.forward(5, 9).to_float_vector()) << name;
+    const ProcessResult text =
+        run_ok({"alibi", "--heads", "2", "-i", "2", "-j", "2", "--dtype", name});
+    const bool names_dtype = text.out.find(std::string("dtype=") + name + ")") != std::string::npos;
+    EXPECT_EQ(names_dtype, dtype != DType::kFloat32) << text.out;
+  }
+}
+
+TEST(Cli, AlibiBigTensorTextIsSummarisedJsonIsComplete) {
+  const ProcessResult text = run_ok({"alibi", "--heads", "16", "-i", "64", "-j", "64"});
+  EXPECT_NE(text.out.find("..."), std::string::npos);
+  EXPECT_LT(text.out.size(), 5000u);
+  const ProcessResult full =
+      run_ok({"alibi", "--heads", "16", "-i", "64", "-j", "64", "--format", "json"});
+  EXPECT_EQ(json_tensor(full.out, {16, 64, 64}),
+            AlibiPositionalBias(16).forward(64, 64).to_float_vector());
+}
+
+TEST(Cli, AlibiEmptyLengths) {
+  const ProcessResult run =
+      run_ok({"alibi", "--heads", "2", "-i", "0", "-j", "3", "--format", "json"});
+  EXPECT_EQ(run.out, "{\"shape\": [2, 0, 3], \"data\": []}\n");
+}
+
+// -------------------------------------------------------------- alibi-bias
+
+TEST(Cli, AlibiBiasSeedWorkedExample) {
+  const ProcessResult run = run_ok({"alibi-bias", "--heads", "1", "--no-causal", "--slopes", "-0.2",
+                                    "-i", "3", "-j", "3", "--format", "json"});
+  const std::vector<float> bias = json_tensor(run.out, {1, 1, 3, 3});
+  const std::vector<float> scores = {1, 2, 3, 2, 1.5f, 2.5f, 3, 2.5f, 1.2f};
+  const std::vector<float> expected = {1, 1.8f, 2.6f, 1.8f, 1.5f, 2.3f, 2.6f, 2.3f, 1.2f};
+  ASSERT_EQ(bias.size(), 9u);
+  for (std::size_t k = 0; k < 9; ++k) {
+    EXPECT_NEAR(scores[k] + bias[k], expected[k], 1e-6) << "element " << k;
+  }
+}
+
+TEST(Cli, AlibiBiasDefaultsAreCausalAndTheSeedSlopes) {
+  const ProcessResult run =
+      run_ok({"alibi-bias", "--heads", "3", "-i", "3", "-j", "4", "--format", "json"});
+  EXPECT_EQ(json_tensor(run.out, {1, 3, 3, 4}), AlibiBias(3).build(3, 4).to_float_vector());
+  const ProcessResult causal = run_ok({"alibi-bias", "--n-heads", "3", "--causal", "--q-len", "3",
+                                       "--k-len", "4", "--format", "json"});
+  EXPECT_EQ(causal.out, run.out);
+  const ProcessResult bf16 = run_ok({"alibi-bias", "--heads", "2", "--no-causal", "-i", "2", "-j",
+                                     "5", "--dtype", "bf16", "--format", "json"});
+  EXPECT_EQ(json_tensor(bf16.out, {1, 2, 2, 5}),
+            AlibiBias(2, false).build(2, 5, DType::kBFloat16).to_float_vector());
+}
+
+// -------------------------------------------------------------------- demo
+
+TEST(Cli, DemoExplainsTheDocumentationExamples) {
+  const ProcessResult run = run_ok({"demo"});
+  for (const char* expected : {
+           "bias_module = AlibiPositionalBias(heads=4, total_heads=8)",
+           "Example 1: bias = bias_module(10, 10)",
+           "Shape [8, 10, 10]",
+           "Example 2: bias = bias_module(5, 5)",
+           "shares_storage_with(example 1) = true",
+           "cached_shape() is still [8, 10, 10]",
+           "BOTTOM-RIGHT",
+           "Example 3: bias = bias_module(8, 15)",
+           "8 queries that are the last 8 of 15 keys",
+           "cached_shape() = [8, 8, 15]",
+           "Heads 4..7 are all zero",
+           "AlibiBias(n_heads=1, causal=false, slopes={-0.2})",
+           "tensor([[1.0000, 1.8000, 2.6000],\n"
+           "        [1.8000, 1.5000, 2.3000],\n"
+           "        [2.6000, 2.3000, 1.2000]])",
+           "Every statement above was checked",
+       }) {
+    EXPECT_NE(run.out.find(expected), std::string::npos) << "missing: " << expected;
+  }
+  EXPECT_EQ(run.out.find("UNEXPECTED"), std::string::npos) << run.out;
+}
+
+// ------------------------------------------------------------ check-golden
+
+TEST(Cli, CheckGoldenProjectCopyPasses) {
+  const std::string golden = std::string(POSBIAS_GOLDEN_COPY_DIR) + "/golden.json";
+  const ProcessResult run = run_ok({"check-golden", golden});
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), POSBIAS_GOLDEN_SUMMARY);
+  EXPECT_EQ(run.out.find("FAIL"), std::string::npos) << run.out;
+}
+
+TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
+  const std::string golden = std::string(POSBIAS_CLI_TEST_DATA) + "/golden_corrupted.json";
+  const ProcessResult run = run_posbias({"check-golden", golden});
+  EXPECT_EQ(run.exit_code, 1) << describe({"check-golden", golden}, run);
+  EXPECT_EQ(run.err, "");
+  const std::vector<std::string> expected = {
+      "FAIL case 1 (alibi_slopes): element [1] (flat 1): got 0.0625, expected 0.07",
+      "FAIL case 2 (alibi_positional_bias): call 1 (i = 1, j = 4): shape [1, 1, 4], "
+      "expected [1, 1, 5]",
+      "FAIL case 3 (alibi_bias): element [0, 0, 1, 0] (flat 3): got -0.2, expected -0.3",
+      "skip case 4: unknown kind 'rope_frequencies'",
+      "FAIL case 6 (alibi_slopes): malformed case: missing field 'heads'",
+      "FAIL case 7 (ggml_slopes): malformed case: field 'heads' must be an integer, got "
+      "string \"8\"",
+      "FAIL case 9 (alibi_positional_bias): malformed case: call 0: field 'shape' [1, 2, 2] "
+      "holds 4 elements but 'data' has 3",
+      "FAIL case 10 (alibi_slopes): posbias refused the case: heads must be >= 1, got 0",
+      "FAIL case 11 (no kind): malformed case: a case must be an object, got number 42",
+      "FAIL case 12 (no kind): malformed case: missing field 'kind'",
+      "skip 1 case of kind 't5_bucket' (not checked by this build yet)",
+      "2 passed, 9 failed, 2 skipped",
+  };
+  EXPECT_EQ(lines_of(run.out), expected) << run.out;
+}
+
+TEST(Cli, CheckGoldenBadFilesExitTwo) {
+  TempFile not_json;
+  { std::ofstream(not_json.path()) << "{\"cases\": [1, 2"; }
+  TempFile no_cases;
+  { std::ofstream(no_cases.path()) << "{\"format\": \"v1\"}"; }
+  for (const std::string& path :
+       {std::string("/nonexistent/golden.json"), not_json.path(), no_cases.path(),
+        std::filesystem::temp_directory_path().string()}) {
+    const ProcessResult run = run_posbias({"check-golden", path});
+    EXPECT_EQ(run.exit_code, 2) << describe({"check-golden", path}, run);
+    EXPECT_EQ(run.out, "");
+    const std::vector<std::string> lines = lines_of(run.err);
+    ASSERT_EQ(lines.size(), 1u) << run.err;
+    EXPECT_EQ(lines[0].rfind("posbias: error: ", 0), 0u) << run.err;
+    EXPECT_NE(lines[0].find(path), std::string::npos) << run.err;
+  }
+}
+
+// ------------------------------------------------------------------- bench
+
+TEST(Cli, BenchQuickJsonIsOneObjectPerCase) {
+  const ProcessResult run =
+      run_ok({"bench", "alibi", "--quick", "--json", "--repetitions", "1", "--warmup", "0"});
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& line : lines) {
+    const json doc = json::parse(line);
+    EXPECT_TRUE(doc.at("case").is_string()) << line;
+    EXPECT_TRUE(doc.at("median_ms").is_number()) << line;
+    EXPECT_TRUE(doc.at("baselines").is_object()) << line;
+  }
+}
+
+// ----------------------------------------------------------- bad arguments
+
+struct BadArgs {
+  std::string name;  // the test's name
+  std::vector<std::string> args;
+  std::string message_part;  // must appear in the error line
+};
+
+class BadArgument : public testing::TestWithParam<BadArgs> {};
+
+TEST_P(BadArgument, ExitsTwoWithOneErrorLine) {
+  const BadArgs& bad = GetParam();
+  const ProcessResult run = run_posbias(bad.args);
+  EXPECT_EQ(run.exit_code, 2) << describe(bad.args, run);
+  EXPECT_EQ(run.out, "") << describe(bad.args, run);
+  const std::vector<std::string> lines = lines_of(run.err);
+  ASSERT_EQ(lines.size(), 1u) << describe(bad.args, run);
+  EXPECT_EQ(lines[0].rfind("posbias: error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(bad.message_part), std::string::npos)
+      << "expected '" << bad.message_part << "' in: " << lines[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadArgument,
+    testing::Values(
+        BadArgs{"NoCommand", {}, "no command given"},
+        BadArgs{"UnknownCommand", {"frobnicate"}, "unknown command 'frobnicate'"},
+        BadArgs{"UnknownTopLevelOption", {"--nope"}, "--nope"},
+        BadArgs{"DemoTakesNoArguments", {"demo", "extra"}, "extra"},
+        BadArgs{"SlopesWithoutHeads", {"slopes"}, "--heads is required"},
+        BadArgs{"SlopesZeroHeads", {"slopes", "--heads", "0"}, "heads must be >= 1, got 0"},
+        BadArgs{"SlopesHeadsNotANumber", {"slopes", "--heads", "abc"}, "abc"},
+        BadArgs{"SlopesHeadsNotAnInteger", {"slopes", "--heads", "2.5"}, "2.5"},
+        BadArgs{"SlopesHeadsWithoutValue", {"slopes", "--heads"}, "--heads"},
+        BadArgs{"SlopesMaxBiasNan",
+                {"slopes", "--heads", "8", "--max-bias", "nan"},
+                "max_bias must be finite"},
+        BadArgs{
+            "SlopesMaxBiasOverflow", {"slopes", "--heads", "8", "--max-bias", "1e999"}, "max_bias"},
+        BadArgs{"SlopesRangePastTheHeads", {"slopes", "--heads", "8", "--range", "4:9"}, "[4, 9)"},
+        BadArgs{"SlopesRangeNotARange",
+                {"slopes", "--heads", "8", "--range", "4"},
+                "--range must be H0:H1"},
+        BadArgs{"SlopesUnknownFormat", {"slopes", "--heads", "8", "--format", "xml"}, "xml"},
+        BadArgs{"AlibiWithoutHeads", {"alibi", "-i", "1", "-j", "1"}, "--heads is required"},
+        BadArgs{"AlibiWithoutJ", {"alibi", "--heads", "2", "-i", "1"}, "-j is required"},
+        BadArgs{"AlibiZeroHeads",
+                {"alibi", "--heads", "0", "-i", "1", "-j", "1"},
+                "heads must be >= 1, got 0"},
+        BadArgs{"AlibiTotalHeadsBelowHeads",
+                {"alibi", "--heads", "4", "--total-heads", "2", "-i", "1", "-j", "1"},
+                "total_heads = 2, heads = 4"},
+        BadArgs{"AlibiNegativeI", {"alibi", "--heads", "4", "-i", "-1", "-j", "2"}, "i = -1"},
+        BadArgs{"AlibiNegativeJ", {"alibi", "--heads", "4", "-i", "2", "-j", "-3"}, "j = -3"},
+        BadArgs{"AlibiTooLarge",
+                {"alibi", "--heads", "16", "-i", "100000000", "-j", "100000000"},
+                "[16, 100000000, 100000000]"},
+        BadArgs{"AlibiHeadsOverflowInt64",
+                {"alibi", "--heads", "99999999999999999999", "-i", "1", "-j", "1"},
+                "does not fit in a 64-bit integer"},
+        BadArgs{"AlibiUnknownDtype",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "1", "--dtype", "float64"},
+                "float64"},
+        BadArgs{"AlibiTooFewSlopes",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "1", "--slopes", "0.5"},
+                "got 1"},
+        BadArgs{"AlibiInfiniteSlope",
+                {"alibi", "--heads", "1", "-i", "1", "-j", "1", "--slopes", "inf"},
+                "not finite"},
+        BadArgs{"AlibiSlopeNotANumber",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "1", "--slopes", "0.5,x"},
+                "--slopes"},
+        BadArgs{"AlibiUnknownOption",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "1", "--bogus"},
+                "--bogus"},
+        BadArgs{"AlibiBiasZeroHeads",
+                {"alibi-bias", "--heads", "0", "-i", "3", "-j", "3"},
+                "n_heads must be >= 1"},
+        BadArgs{"AlibiBiasTooFewSlopes",
+                {"alibi-bias", "--heads", "2", "--slopes", "-0.2", "-i", "3", "-j", "3"},
+                "got 1"},
+        BadArgs{
+            "AlibiBiasNegativeLength", {"alibi-bias", "--heads", "2", "-i", "-3", "-j", "3"}, "-3"},
+        BadArgs{"CheckGoldenWithoutFile", {"check-golden"}, "file is required"},
+        BadArgs{"CheckGoldenTwoFiles", {"check-golden", "a.json", "b.json"}, "b.json"},
+        BadArgs{"BenchWithoutSuite", {"bench"}, "suite is required"},
+        BadArgs{"BenchUnknownSuite", {"bench", "no-such-suite", "--quick"}, "no-such-suite"},
+        BadArgs{"BenchZeroRepetitions",
+                {"bench", "alibi", "--repetitions", "0"},
+                "--repetitions must be >= 1, got 0"},
+        BadArgs{"BenchNegativeWarmup",
+                {"bench", "alibi", "--warmup", "-1"},
+                "--warmup must be >= 0, got -1"}),
+    [](const testing::TestParamInfo<BadArgs>& param_info) { return param_info.param.name; });
+
+}  // namespace
+}  // namespace posbias::cli

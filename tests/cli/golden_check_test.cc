@@ -1,0 +1,271 @@
+// The golden-vector checker (cli/golden_check.h) as a library: the project's
+// reference vectors pass, and every way a case can be wrong is reported as a
+// failure (or, for kinds it does not check, a skip), never a pass or a crash.
+#include "golden_check.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <string>
+
+namespace posbias::cli {
+namespace {
+
+// A golden file with the given cases (JSON text of each, comma-separated).
+std::string golden(const std::string& cases) {
+  return R"({"format": "test", "cases": [)" + cases + "]}";
+}
+
+CaseResult only_case(const std::string& case_json) {
+  const GoldenReport report = check_golden_text(golden(case_json), ".");
+  EXPECT_EQ(report.cases.size(), 1u);
+  return report.cases.at(0);
+}
+
+void expect_fails_with(const std::string& case_json, const std::string& message_part) {
+  const CaseResult c = only_case(case_json);
+  EXPECT_EQ(c.status, CaseStatus::kFailed) << case_json;
+  EXPECT_NE(c.message.find(message_part), std::string::npos)
+      << "expected '" << message_part << "' in: " << c.message;
+}
+
+void expect_passes(const std::string& case_json) {
+  const CaseResult c = only_case(case_json);
+  EXPECT_EQ(c.status, CaseStatus::kPassed) << case_json << "\n" << c.message;
+}
+
+void expect_project_golden_passes(const std::string& path) {
+  const GoldenReport report = check_golden_file(path);
+  EXPECT_EQ(report.summary(), POSBIAS_GOLDEN_SUMMARY);
+  const std::vector<std::string> checked = golden_checked_kinds();
+  const std::vector<std::string> pending = golden_pending_kinds();
+  std::set<std::string> seen;
+  for (const CaseResult& c : report.cases) {
+    seen.insert(c.kind);
+    const bool is_checked = std::count(checked.begin(), checked.end(), c.kind) > 0;
+    if (is_checked) {
+      EXPECT_EQ(c.status, CaseStatus::kPassed)
+          << "case " << c.index << " (" << c.kind << "): " << c.message;
+    } else {
+      // Only kinds of the format that this build does not compute yet.
+      EXPECT_EQ(c.status, CaseStatus::kSkipped) << "case " << c.index;
+      EXPECT_TRUE(c.known_kind) << "case " << c.index << " has kind " << c.kind;
+      EXPECT_GT(std::count(pending.begin(), pending.end(), c.kind), 0) << c.kind;
+    }
+  }
+  // The file exercises every kind this build checks.
+  for (const std::string& kind : checked) EXPECT_EQ(seen.count(kind), 1u) << kind;
+}
+
+// ------------------------------------------------- the project's vectors
+
+TEST(GoldenCheck, ProjectCopyPasses) {
+  expect_project_golden_passes(std::string(POSBIAS_GOLDEN_COPY_DIR) + "/golden.json");
+}
+
+TEST(GoldenCheck, SharedGoldenPasses) {
+  const std::string path = std::string(POSBIAS_SHARED_GOLDEN_DIR) + "/golden.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " does not exist";
+  expect_project_golden_passes(path);
+}
+
+TEST(GoldenCheck, KindTable) {
+  EXPECT_EQ(golden_checked_kinds(),
+            (std::vector<std::string>{"alibi_slopes", "ggml_slopes", "alibi_positional_bias",
+                                      "alibi_bias"}));
+  EXPECT_EQ(golden_pending_kinds(),
+            (std::vector<std::string>{"dynamic_position_bias", "dynamic_position_bias_file",
+                                      "t5_bucket", "attention"}));
+}
+
+// ------------------------------------------------------- correct cases pass
+
+TEST(GoldenCheck, EachKindPasses) {
+  expect_passes(R"({"kind": "alibi_slopes", "heads": 6,
+                    "slopes": [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]})");
+  expect_passes(R"({"kind": "ggml_slopes", "heads": 2, "max_bias": 4,
+                    "slopes": [0.25, 0.0625]})");
+  // Prefill, then a decode step served from the stored bias, then a block.
+  expect_passes(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 2,
+                    "slopes": [0.5], "calls": [
+      {"i": 2, "j": 3, "shape": [2, 2, 3], "data": [-0.5, 0, -0.5, -1, -0.5, 0, 0, 0, 0, 0, 0, 0]},
+      {"i": 1, "j": 3, "shape": [2, 1, 3], "data": [-1, -0.5, 0, 0, 0, 0]},
+      {"i": 1, "j": 1, "shape": [2, 1, 1], "data": [0, 0]}]})");
+  expect_passes(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+                    "slopes": null, "calls": [
+      {"i": 1, "j": 2, "shape": [1, 1, 2], "data": [-0.00390625, 0]}]})");
+  expect_passes(R"({"kind": "alibi_bias", "n_heads": 1, "causal": true, "slopes": [-0.2],
+                    "q_len": 2, "k_len": 2, "shape": [1, 1, 2, 2], "data": [0, 0, -0.2, 0]})");
+  expect_passes(R"({"kind": "alibi_bias", "n_heads": 1, "causal": false, "slopes": null,
+                    "q_len": 1, "k_len": 2, "shape": [1, 1, 1, 2], "data": [0, -0.05]})");
+}
+
+TEST(GoldenCheck, Tolerance) {
+  // |got - want| <= 1e-6 + 1e-5 |want|; for want 0.5 that is 6e-6.
+  expect_passes(R"({"kind": "ggml_slopes", "heads": 1, "max_bias": 1, "slopes": [0.500005]})");
+  expect_fails_with(R"({"kind": "ggml_slopes", "heads": 1, "max_bias": 1, "slopes": [0.500007]})",
+                    "got 0.5, expected 0.500007");
+  expect_passes(R"({"kind": "alibi_slopes", "heads": 1, "slopes": [0.0039072]})");
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 1, "slopes": [0.0039076]})",
+                    "expected 0.0039076");
+}
+
+// ----------------------------------------------------- wrong values, shapes
+
+TEST(GoldenCheck, WrongValueNamesTheFirstBadElement) {
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 4,
+                        "slopes": [0.25, 0.0625, 0.02, 0.004]})",
+                    "element [2] (flat 2): got 0.015625, expected 0.02 (2 of 4 elements differ)");
+  expect_fails_with(R"({"kind": "alibi_bias", "n_heads": 1, "causal": false, "slopes": [-0.2],
+                        "q_len": 2, "k_len": 2, "shape": [1, 1, 2, 2], "data": [0, -0.2, -0.2, 1]})",
+                    "element [0, 0, 1, 1] (flat 3): got -0, expected 1");
+}
+
+TEST(GoldenCheck, WrongShapeFails) {
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 2, "slopes": [0.0625]})",
+                    "shape [2], expected [1]");
+  expect_fails_with(R"({"kind": "alibi_bias", "n_heads": 1, "causal": false, "slopes": [-0.2],
+                        "q_len": 2, "k_len": 2, "shape": [1, 2, 2], "data": [0, -0.2, -0.2, 0]})",
+                    "shape [1, 1, 2, 2], expected [1, 2, 2]");
+  // Same element count, different shape: still a failure.
+  expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+                        "slopes": [0.5], "calls": [
+      {"i": 2, "j": 2, "shape": [1, 2, 2], "data": [0, -0.5, -0.5, 0]},
+      {"i": 1, "j": 2, "shape": [1, 2, 1], "data": [-0.5, 0]}]})",
+                    "call 1 (i = 1, j = 2): shape [1, 1, 2], expected [1, 2, 1]");
+}
+
+TEST(GoldenCheck, TopLeftCacheBlockWouldFail) {
+  // After (3, 3) the decode step (1, 3) must be the LAST row [-1, -0.5, 0];
+  // a checker (or module) using the top-left block would see [0, -0.5, -1].
+  expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+                        "slopes": [0.5], "calls": [
+      {"i": 3, "j": 3, "shape": [1, 3, 3], "data": [0, -0.5, -1, -0.5, 0, -0.5, -1, -0.5, 0]},
+      {"i": 1, "j": 3, "shape": [1, 1, 3], "data": [0, -0.5, -1]}]})",
+                    "call 1 (i = 1, j = 3): element [0, 0, 0] (flat 0): got -1, expected 0");
+}
+
+TEST(GoldenCheck, NonFiniteExpectedValues) {
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 1, "slopes": ["nan"]})", "expected nan");
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 1, "slopes": ["-inf"]})", "expected -inf");
+}
+
+// ---------------------------------------------------- skipped, never passed
+
+TEST(GoldenCheck, UnknownKindIsSkippedAndSaysSo) {
+  const CaseResult c = only_case(R"({"kind": "alibi_slopez", "heads": 1, "slopes": [1]})");
+  EXPECT_EQ(c.status, CaseStatus::kSkipped);
+  EXPECT_FALSE(c.known_kind);
+  EXPECT_EQ(c.message, "unknown kind 'alibi_slopez'");
+}
+
+TEST(GoldenCheck, PendingKindsAreSkipped) {
+  for (const std::string& kind : golden_pending_kinds()) {
+    const CaseResult c = only_case(R"({"kind": ")" + kind + R"("})");
+    EXPECT_EQ(c.status, CaseStatus::kSkipped) << kind;
+    EXPECT_TRUE(c.known_kind) << kind;
+  }
+}
+
+// ----------------------------------------------- malformed cases: failures
+
+TEST(GoldenCheck, MalformedCasesFailWithAClearMessage) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"(42)", "a case must be an object, got number 42"},
+      {R"([1, 2])", "a case must be an object, got array"},
+      {R"({"heads": 1})", "missing field 'kind'"},
+      {R"({"kind": 7})", "field 'kind' must be a string, got number 7"},
+      {R"({"kind": "alibi_slopes", "slopes": [1]})", "missing field 'heads'"},
+      {R"({"kind": "alibi_slopes", "heads": "4", "slopes": [1]})",
+       "field 'heads' must be an integer, got string \"4\""},
+      {R"({"kind": "alibi_slopes", "heads": 4.5, "slopes": [1]})",
+       "field 'heads' must be an integer, got number 4.5"},
+      {R"({"kind": "alibi_slopes", "heads": 18446744073709551615, "slopes": [1]})",
+       "field 'heads' is out of range"},
+      {R"({"kind": "alibi_slopes", "heads": 1})", "missing field 'slopes'"},
+      {R"({"kind": "alibi_slopes", "heads": 1, "slopes": 0.5})",
+       "field 'slopes' must be an array of numbers, got number 0.5"},
+      {R"({"kind": "alibi_slopes", "heads": 1, "slopes": [true]})",
+       "field 'slopes'[0] must be a number, got boolean true"},
+      {R"({"kind": "ggml_slopes", "heads": 1, "slopes": [1]})", "missing field 'max_bias'"},
+      {R"({"kind": "ggml_slopes", "heads": 1, "max_bias": "8", "slopes": [1]})",
+       "field 'max_bias' must be a number"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "calls": []})",
+       "missing field 'total_heads'"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1})",
+       "missing field 'calls'"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1, "calls": {}})",
+       "field 'calls' must be an array"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1, "calls": [3]})",
+       "call 0: must be an object"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+           "calls": [{"i": 1, "shape": [1, 1, 1], "data": [0]}]})",
+       "call 0: missing field 'j'"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+           "calls": [{"i": 1, "j": 1, "shape": [1, -1, 1], "data": [0]}]})",
+       "call 0: field 'shape' has a negative extent"},
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+           "calls": [{"i": 1, "j": 1, "shape": [1, 1, 1], "data": [0, 0]}]})",
+       "call 0: field 'shape' [1, 1, 1] holds 1 elements but 'data' has 2"},
+      {R"({"kind": "alibi_bias", "n_heads": 1, "causal": "yes", "slopes": null, "q_len": 1,
+           "k_len": 1, "shape": [1, 1, 1, 1], "data": [0]})",
+       "field 'causal' must be true or false"},
+      {R"({"kind": "alibi_bias", "n_heads": 1, "causal": true, "slopes": [], "q_len": 1,
+           "k_len": 1, "shape": [1, 1, 1, 1], "data": [0]})",
+       "field 'slopes' is an empty list"},
+      {R"({"kind": "alibi_bias", "n_heads": 1, "causal": true, "slopes": null, "q_len": 1,
+           "k_len": 1, "shape": [1, 1, 1, 1]})",
+       "missing field 'data'"},
+  };
+  for (const auto& [case_json, message] : cases) {
+    SCOPED_TRACE(case_json);
+    expect_fails_with(case_json, std::string("malformed case: ") + message);
+  }
+}
+
+TEST(GoldenCheck, ArgumentsThePosbiasLibraryRefusesAreFailures) {
+  expect_fails_with(R"({"kind": "alibi_slopes", "heads": 0, "slopes": []})",
+                    "posbias refused the case: heads must be >= 1, got 0");
+  expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 2, "total_heads": 1,
+                        "calls": []})",
+                    "posbias refused the case");
+  expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
+                        "calls": [{"i": 100000000000, "j": 100000000000,
+                                   "shape": [1, 1, 1], "data": [0]}]})",
+                    "posbias refused the case");
+  expect_fails_with(R"({"kind": "alibi_bias", "n_heads": 2, "causal": true, "slopes": [-0.1],
+                        "q_len": 1, "k_len": 1, "shape": [1, 2, 1, 1], "data": [0, 0]})",
+                    "posbias refused the case: AlibiBias: slopes must have n_heads = 2");
+}
+
+// ------------------------------------------------------------ whole files
+
+TEST(GoldenCheck, SummaryCountsEveryCase) {
+  const GoldenReport report =
+      check_golden_text(golden(R"({"kind": "alibi_slopes", "heads": 1, "slopes": [0.00390625]},
+                {"kind": "alibi_slopes", "heads": 1, "slopes": [0.5]},
+                {"kind": "attention"},
+                {"kind": "something_new"},
+                {"no": "kind"})"),
+                        ".");
+  EXPECT_EQ(report.passed(), 1u);
+  EXPECT_EQ(report.failed(), 2u);
+  EXPECT_EQ(report.skipped(), 2u);
+  EXPECT_EQ(report.summary(), "1 passed, 2 failed, 2 skipped");
+  for (std::size_t k = 0; k < report.cases.size(); ++k) EXPECT_EQ(report.cases[k].index, k);
+  EXPECT_EQ(check_golden_text(golden(""), ".").summary(), "0 passed, 0 failed, 0 skipped");
+}
+
+TEST(GoldenCheck, FilesThatAreNotGoldenFilesThrow) {
+  for (const char* text : {"", "{", "not json", "[]", "{\"cases\": 3}", "{\"format\": 1}",
+                           "{\"cases\": [] } trailing"}) {
+    EXPECT_THROW(check_golden_text(text, "."), GoldenFileError) << text;
+  }
+  EXPECT_THROW(check_golden_file("/nonexistent/golden.json"), GoldenFileError);
+  EXPECT_THROW(check_golden_file(std::filesystem::temp_directory_path().string()), GoldenFileError);
+}
+
+}  // namespace
+}  // namespace posbias::cli
