@@ -1,11 +1,22 @@
 // T5 relative position bias (x-transformers' RelativePositionBias): each
 // relative distance falls into one of `num_buckets` buckets (exact for small
-// distances, logarithmic up to `max_distance`), and a learned embedding
-// [num_buckets, heads] gives each bucket's bias per head, times `scale`.
+// distances, logarithmic up to `max_distance`, one shared bucket beyond), and
+// a learned embedding [num_buckets, heads] gives each bucket's bias per head,
+// times `scale`.
 //
 // Positions follow the library convention (see alibi.h): q_r = j - i + r,
 // key c at c; bias[h][r][c] = E[bucket(c - q_r)][h] * scale. i > j is
 // allowed (query positions then start below zero).
+//
+//   posbias::RelativePositionBias t5(/*scale=*/1.0f, /*causal=*/false,
+//                                    /*num_buckets=*/32, /*max_distance=*/128,
+//                                    /*heads=*/8, /*seed=*/0);
+//   posbias::Tensor bias = t5.forward(/*i=*/1, /*j=*/100);  // decode step
+//   posbias::Tensor table = t5.distance_table(100);           // [8, 199]
+//
+// Thread safety: const members may be called concurrently; changing the
+// embedding (mutable_embedding, load_state_dict) while another thread runs
+// forward() is a data race.
 #ifndef POSBIAS_T5_H_
 #define POSBIAS_T5_H_
 
@@ -24,9 +35,16 @@ namespace posbias {
 /// n < max_exact is its own bucket, else
 ///   min(max_exact + trunc(ln(n / max_exact) / ln(max_distance / max_exact)
 ///                          * (nb - max_exact)), nb - 1),
-/// evaluated in float32 like the PyTorch reference. Requires num_buckets >= 2
-/// (>= 4 two-sided, so that max_exact >= 1) and max_distance > max_exact;
-/// std::invalid_argument otherwise.
+/// evaluated in float32 like the PyTorch reference: with me = max_exact,
+///   me + trunc(logf(float(n) / float(me)) / float(ln(double(max_distance) / me))
+///                * float(nb - me)),
+/// the log only for n >= me. Buckets are 0..nb-1 for past keys (and the
+/// query's own position), nb..2nb-1 for future keys when two-sided; causal
+/// maps every future key (rel > 0) to bucket 0. Every int64 rel is accepted.
+/// Requires num_buckets >= 2 (>= 4 two-sided, so that max_exact >= 1) and
+/// max_distance > max_exact; std::invalid_argument with the values otherwise.
+/// Example: t5_relative_position_bucket(-7, false) == 7, (7, false) == 23,
+/// (-128, true) == 31.
 std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal,
                                          std::int64_t num_buckets = 32,
                                          std::int64_t max_distance = 128);
@@ -34,16 +52,25 @@ std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal,
 class RelativePositionBias {
  public:
   /// The embedding starts N(0, 1) from `seed` (PyTorch's nn.Embedding
-  /// default distribution; not torch's numbers). heads >= 1, finite scale.
+  /// default distribution; not torch's numbers): std::mt19937_64(seed) and
+  /// the Box-Muller transform, so the same seed gives the same embedding with
+  /// every standard library (up to the last bit of libm's log/sin/cos).
+  /// Requires heads >= 1, a finite scale and valid bucket arguments (see
+  /// t5_relative_position_bucket); std::invalid_argument otherwise.
   RelativePositionBias(float scale, bool causal = false, std::int64_t num_buckets = 32,
                        std::int64_t max_distance = 128, std::int64_t heads = 8,
                        std::uint64_t seed = 0);
 
-  /// The bias [heads, i, j] in `dtype`; i, j >= 0.
+  /// The bias [heads, i, j] in `dtype`, contiguous: E[bucket][h] * scale in
+  /// float32, rounded once to `dtype`. i, j >= 0 (std::invalid_argument
+  /// otherwise; std::length_error, before allocating, when it cannot fit).
+  /// Costs i + j - 1 bucket evaluations, then a copy per row of a per-head
+  /// table (the Toeplitz expansion), with streaming stores for large outputs.
   Tensor forward(std::int64_t i, std::int64_t j, DType dtype = DType::kFloat32) const;
 
-  /// [heads, 2j-1], entry (q_r - c) + (j - 1) = E[bucket(c - q_r)][h] * scale:
-  /// the table the fused attention reads. j >= 1.
+  /// [heads, 2j-1] float32, entry (q_r - c) + (j - 1) = E[bucket(c - q_r)][h]
+  /// * scale, i.e. entry k holds rel = c - q = (j - 1) - k: the table the fused
+  /// attention reads (valid for any i <= j). j >= 1 (std::invalid_argument).
   Tensor distance_table(std::int64_t j) const;
 
   float scale() const { return scale_; }
@@ -53,13 +80,19 @@ class RelativePositionBias {
   std::int64_t heads() const { return heads_; }
 
   /// The embedding [num_buckets, heads], float32; state-dict name
-  /// "relative_attention_bias.weight".
+  /// "relative_attention_bias.weight". A replacement through
+  /// mutable_embedding() must keep that shape (forward() throws
+  /// std::invalid_argument otherwise); any dtype or strides are accepted.
   const Tensor& embedding() const { return embedding_; }
   Tensor& mutable_embedding() { return embedding_; }
 
-  /// {"relative_attention_bias.weight": embedding}.
+  /// {"relative_attention_bias.weight": embedding}: a handle sharing the
+  /// module's storage (like PyTorch's state_dict()); save it with
+  /// save_safetensors().
   TensorMap state_dict() const;
-  /// Strict load: exactly that name, shape [num_buckets, heads], finite.
+  /// Strict load: exactly that one name, shape [num_buckets, heads], finite
+  /// values; any dtype (converted to float32, copied). Otherwise
+  /// std::invalid_argument naming what was expected, and nothing changes.
   void load_state_dict(const TensorMap& state);
 
  private:
