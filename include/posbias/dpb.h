@@ -127,10 +127,9 @@ class DynamicPositionBias {
   void load(const std::string& path);
 
  private:
-  struct Layer;
   DpbOptions options_;
-  std::vector<std::string> names_;
-  std::vector<Tensor> params_;  // same order as names_
+  std::vector<std::string> names_;  // state-dict order (module order)
+  std::vector<Tensor> params_;      // same order as names_, float32 contiguous
 };
 
 }  // namespace posbias

@@ -1,0 +1,634 @@
+// The Dynamic Position Bias MLP (see dpb_mlp.h), compiled per instruction set
+// by Highway and dispatched at run time.
+//
+// Why it looks like this: the MLP runs on a batch of scalar inputs (j or
+// 2j - 1 distances), so every layer after the first is a small GEMM,
+// [rows, dim] x [dim, dim]. Rows are processed in blocks of kBlockRows that
+// stay in L1/L2 with the weights; within a block the kernel vectorises over
+// output columns (weights transposed and zero-padded to whole vector pairs)
+// and keeps a 4-row x 2-vector tile of accumulators in registers. Every
+// output is `bias + sum_k a_k w_k` with fused multiply-adds in increasing k,
+// whatever tile the row falls in, which is what makes a row's value
+// independent of its neighbours. The backward pass recomputes a block's
+// activations, then goes back through it, accumulating the weight gradients
+// (again GEMMs, with the block's rows as the reduction dimension).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/dpb_mlp.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dpb_mlp.h"
+
+// Shared by every per-target copy of this file (compiled once).
+#ifndef POSBIAS_SRC_KERNELS_DPB_MLP_SHARED_
+#define POSBIAS_SRC_KERNELS_DPB_MLP_SHARED_
+namespace posbias::detail::dpb_mlp_internal {
+
+// Rows per block: the activations of a block (rows x dim floats per layer)
+// stay in L1/L2 next to the weights.
+constexpr std::int64_t kBlockRows = 64;
+
+// Offsets of each parameter in the flat gradient layout used between the
+// per-target backward and the front function: for l = 0..depth, W_l then
+// b_l; then, with norm, for l < depth, LayerNorm weight then bias.
+struct FlatLayout {
+  std::vector<std::int64_t> weight, bias, ln_weight, ln_bias;
+  std::int64_t total = 0;
+};
+
+inline std::int64_t out_features(const DpbMlp& m, std::int64_t l) {
+  return l < m.depth ? m.dim : m.heads;
+}
+inline std::int64_t in_features(const DpbMlp& m, std::int64_t l) {
+  return l == 0 ? 1 : m.dim;
+}
+
+inline FlatLayout flat_layout(const DpbMlp& m) {
+  FlatLayout f;
+  for (std::int64_t l = 0; l <= m.depth; ++l) {
+    f.weight.push_back(f.total);
+    f.total += out_features(m, l) * in_features(m, l);
+    f.bias.push_back(f.total);
+    f.total += out_features(m, l);
+  }
+  if (m.norm) {
+    for (std::int64_t l = 0; l < m.depth; ++l) {
+      f.ln_weight.push_back(f.total);
+      f.total += m.dim;
+      f.ln_bias.push_back(f.total);
+      f.total += m.dim;
+    }
+  }
+  return f;
+}
+
+}  // namespace posbias::detail::dpb_mlp_internal
+#endif  // POSBIAS_SRC_KERNELS_DPB_MLP_SHARED_
+
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using dpb_mlp_internal::kBlockRows;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+std::int64_t RoundUp(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// The weights laid out for the kernels, zero-padded: ld = dim and ldh =
+// heads rounded up to whole pairs of vectors. All pointers are vector-aligned.
+struct Packed {
+  std::int64_t ld = 0;
+  std::int64_t ldh = 0;
+  hwy::AlignedFreeUniquePtr<float[]> storage;
+  std::vector<float*> wt;   // W_l^T, [in_l][ldo_l] (the forward GEMMs)
+  std::vector<float*> w;    // l >= 1: W_l, [out_l][ld] (the backward GEMMs)
+  std::vector<float*> b;    // [ldo_l]
+  std::vector<float*> lnw;  // [ld] (norm only)
+  std::vector<float*> lnb;
+};
+
+Packed Pack(const DpbMlp& m, bool for_backward) {
+  const DF d;
+  const std::int64_t pair = 2 * static_cast<std::int64_t>(hn::Lanes(d));
+  Packed p;
+  p.ld = RoundUp(m.dim, pair);
+  p.ldh = RoundUp(m.heads, pair);
+  const auto ldo = [&](std::int64_t l) { return l < m.depth ? p.ld : p.ldh; };
+  std::int64_t total = 0;
+  for (std::int64_t l = 0; l <= m.depth; ++l) {
+    const std::int64_t in = l == 0 ? 1 : m.dim;
+    const std::int64_t out = l < m.depth ? m.dim : m.heads;
+    total += in * ldo(l) + ldo(l);
+    if (for_backward && l >= 1) total += out * p.ld;
+  }
+  if (m.norm) total += 2 * m.depth * p.ld;
+  p.storage = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  float* at = p.storage.get();
+  std::fill(at, at + total, 0.0f);
+  for (std::int64_t l = 0; l <= m.depth; ++l) {
+    const std::int64_t in = l == 0 ? 1 : m.dim;
+    const std::int64_t out = l < m.depth ? m.dim : m.heads;
+    float* wt = at;
+    at += in * ldo(l);
+    for (std::int64_t o = 0; o < out; ++o) {
+      for (std::int64_t k = 0; k < in; ++k) wt[k * ldo(l) + o] = m.weight[l][o * in + k];
+    }
+    p.wt.push_back(wt);
+    float* b = at;
+    at += ldo(l);
+    std::copy(m.bias[l], m.bias[l] + out, b);
+    p.b.push_back(b);
+    if (for_backward && l >= 1) {
+      float* w = at;
+      at += out * p.ld;
+      for (std::int64_t o = 0; o < out; ++o) {
+        std::copy(m.weight[l] + o * in, m.weight[l] + (o + 1) * in, w + o * p.ld);
+      }
+      p.w.push_back(w);
+    } else {
+      p.w.push_back(nullptr);
+    }
+  }
+  if (m.norm) {
+    for (std::int64_t l = 0; l < m.depth; ++l) {
+      p.lnw.push_back(at);
+      std::copy(m.ln_weight[l], m.ln_weight[l] + m.dim, at);
+      at += p.ld;
+      p.lnb.push_back(at);
+      std::copy(m.ln_bias[l], m.ln_bias[l] + m.dim, at);
+      at += p.ld;
+    }
+  }
+  return p;
+}
+
+enum class Init { kZero, kBias, kAccumulate };
+
+HWY_INLINE VF InitVec(DF d, Init init, const float* HWY_RESTRICT bias,
+                      const float* HWY_RESTRICT c_row) {
+  switch (init) {
+    case Init::kBias:
+      return hn::Load(d, bias);
+    case Init::kAccumulate:
+      return hn::Load(d, c_row);
+    case Init::kZero:
+      break;
+  }
+  return hn::Zero(d);
+}
+
+// A 4-row x 2-vector tile of C at column c (see Gemm).
+HWY_INLINE void Tile4(DF d, const float* HWY_RESTRICT a, std::int64_t sar, std::int64_t sak,
+                      std::int64_t kk, const float* HWY_RESTRICT b, std::int64_t ldb,
+                      const float* HWY_RESTRICT bias, Init init, float* HWY_RESTRICT c,
+                      std::int64_t ldc, std::int64_t col) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  const float* bias0 = bias ? bias + col : nullptr;
+  const float* bias1 = bias ? bias + col + n : nullptr;
+  VF c00 = InitVec(d, init, bias0, c + col);
+  VF c01 = InitVec(d, init, bias1, c + col + n);
+  VF c10 = InitVec(d, init, bias0, c + ldc + col);
+  VF c11 = InitVec(d, init, bias1, c + ldc + col + n);
+  VF c20 = InitVec(d, init, bias0, c + 2 * ldc + col);
+  VF c21 = InitVec(d, init, bias1, c + 2 * ldc + col + n);
+  VF c30 = InitVec(d, init, bias0, c + 3 * ldc + col);
+  VF c31 = InitVec(d, init, bias1, c + 3 * ldc + col + n);
+  for (std::int64_t k = 0; k < kk; ++k) {
+    const VF b0 = hn::Load(d, b + k * ldb + col);
+    const VF b1 = hn::Load(d, b + k * ldb + col + n);
+    const float* ak = a + k * sak;
+    const VF a0 = hn::Set(d, ak[0]);
+    c00 = hn::MulAdd(a0, b0, c00);
+    c01 = hn::MulAdd(a0, b1, c01);
+    const VF a1 = hn::Set(d, ak[sar]);
+    c10 = hn::MulAdd(a1, b0, c10);
+    c11 = hn::MulAdd(a1, b1, c11);
+    const VF a2 = hn::Set(d, ak[2 * sar]);
+    c20 = hn::MulAdd(a2, b0, c20);
+    c21 = hn::MulAdd(a2, b1, c21);
+    const VF a3 = hn::Set(d, ak[3 * sar]);
+    c30 = hn::MulAdd(a3, b0, c30);
+    c31 = hn::MulAdd(a3, b1, c31);
+  }
+  hn::Store(c00, d, c + col);
+  hn::Store(c01, d, c + col + n);
+  hn::Store(c10, d, c + ldc + col);
+  hn::Store(c11, d, c + ldc + col + n);
+  hn::Store(c20, d, c + 2 * ldc + col);
+  hn::Store(c21, d, c + 2 * ldc + col + n);
+  hn::Store(c30, d, c + 3 * ldc + col);
+  hn::Store(c31, d, c + 3 * ldc + col + n);
+}
+
+// One row of the same: the same operations in the same order as each row of
+// Tile4, so a value never depends on which tile its row fell into.
+HWY_INLINE void Tile1(DF d, const float* HWY_RESTRICT a, std::int64_t sak, std::int64_t kk,
+                      const float* HWY_RESTRICT b, std::int64_t ldb,
+                      const float* HWY_RESTRICT bias, Init init, float* HWY_RESTRICT c,
+                      std::int64_t col) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  VF c0 = InitVec(d, init, bias ? bias + col : nullptr, c + col);
+  VF c1 = InitVec(d, init, bias ? bias + col + n : nullptr, c + col + n);
+  for (std::int64_t k = 0; k < kk; ++k) {
+    const VF b0 = hn::Load(d, b + k * ldb + col);
+    const VF b1 = hn::Load(d, b + k * ldb + col + n);
+    const VF a0 = hn::Set(d, a[k * sak]);
+    c0 = hn::MulAdd(a0, b0, c0);
+    c1 = hn::MulAdd(a0, b1, c1);
+  }
+  hn::Store(c0, d, c + col);
+  hn::Store(c1, d, c + col + n);
+}
+
+// C[r][c] = init + sum_{k < kk} A(r, k) * B[k][c] for r < rows, c < cols,
+// where A(r, k) = a[r * sar + k * sak] (strides let one routine take A or
+// A^T), B rows are ldb apart, init is bias[c], zero or C's own value. cols,
+// ldb and ldc are multiples of two vectors; B, C and bias vector-aligned.
+void Gemm(const float* a, std::int64_t sar, std::int64_t sak, std::int64_t rows,
+          std::int64_t kk, const float* b, std::int64_t ldb, const float* bias, Init init,
+          float* c, std::int64_t ldc, std::int64_t cols) {
+  const DF d;
+  const std::int64_t pair = 2 * static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t col = 0; col < cols; col += pair) {
+    std::int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      Tile4(d, a + r * sar, sar, sak, kk, b, ldb, bias, init, c + r * ldc, ldc, col);
+    }
+    for (; r < rows; ++r) {
+      Tile1(d, a + r * sar, sak, kk, b, ldb, bias, init, c + r * ldc, col);
+    }
+  }
+}
+
+// SiLU(u) = u / (1 + exp(-u)), as PyTorch computes it. exp's argument is
+// capped at 88 (exp(88) ~ 1.7e38 is finite; below u = -88 the result is
+// below 1e-36 in magnitude either way).
+HWY_INLINE VF ExpNeg(DF d, VF u) { return hn::Exp(d, hn::Min(hn::Neg(u), hn::Set(d, 88.0f))); }
+
+HWY_INLINE VF Silu(DF d, VF u) { return hn::Div(u, hn::Add(hn::Set(d, 1.0f), ExpNeg(d, u))); }
+
+// SiLU'(u) = s (1 + u (1 - s)), s = sigmoid(u).
+HWY_INLINE VF SiluGrad(DF d, VF u) {
+  const VF one = hn::Set(d, 1.0f);
+  const VF s = hn::Div(one, hn::Add(one, ExpNeg(d, u)));
+  return hn::Mul(s, hn::MulAdd(u, hn::Sub(one, s), one));
+}
+
+// The activations of one block of rows. Buffers are [kBlockRows][ld] (y:
+// [kBlockRows][ldh]), vector-aligned.
+struct Work {
+  hwy::AlignedFreeUniquePtr<float[]> storage;
+  std::vector<float*> u;     // l < depth: pre-activation (after LayerNorm)
+  std::vector<float*> zhat;  // l < depth, norm only: normalised z
+  std::vector<float*> a;     // l = 1..depth: a_l (a[0] unused)
+  std::vector<float> rstd;   // [depth][kBlockRows]
+  float* y = nullptr;        // output layer / its gradient
+  float* da = nullptr;       // backward scratch
+  float* dz = nullptr;
+};
+
+Work MakeWork(const DpbMlp& m, const Packed& p, bool for_backward) {
+  Work w;
+  const std::int64_t plane = kBlockRows * p.ld;
+  const std::int64_t planes = m.depth * (m.norm ? 3 : 2) + (for_backward ? 2 : 0);
+  const std::int64_t total = planes * plane + kBlockRows * p.ldh;
+  w.storage = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  float* at = w.storage.get();
+  std::fill(at, at + total, 0.0f);
+  w.a.push_back(nullptr);
+  for (std::int64_t l = 0; l < m.depth; ++l) {
+    w.u.push_back(at);
+    at += plane;
+    w.a.push_back(at);
+    at += plane;
+    if (m.norm) {
+      w.zhat.push_back(at);
+      at += plane;
+    }
+  }
+  if (for_backward) {
+    w.da = at;
+    at += plane;
+    w.dz = at;
+    at += plane;
+  }
+  w.y = at;
+  w.rstd.assign(static_cast<std::size_t>(m.depth * kBlockRows), 0.0f);
+  return w;
+}
+
+// LayerNorm of one row in place (z -> u), keeping zhat and 1/sigma for the
+// backward pass. Statistics in double over the dim real columns; the padding
+// columns of u and zhat stay zero.
+HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zhat,
+                             float* rstd_out, const float* HWY_RESTRICT gamma,
+                             const float* HWY_RESTRICT beta, std::int64_t dim,
+                             std::int64_t ld, float eps) {
+  double sum = 0.0;
+  for (std::int64_t c = 0; c < dim; ++c) sum += z[c];
+  const double mean = sum / static_cast<double>(dim);
+  double sq = 0.0;
+  for (std::int64_t c = 0; c < dim; ++c) {
+    const double dev = z[c] - mean;
+    sq += dev * dev;
+  }
+  const double var = sq / static_cast<double>(dim);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+  *rstd_out = rstd;
+  const VF vmean = hn::Set(d, static_cast<float>(mean));
+  const VF vrstd = hn::Set(d, rstd);
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t c = 0; c < ld; c += n) {
+    const VF zh = hn::Mul(hn::Sub(hn::Load(d, z + c), vmean), vrstd);
+    hn::Store(zh, d, zhat + c);
+    hn::Store(hn::MulAdd(zh, hn::Load(d, gamma + c), hn::Load(d, beta + c)), d, z + c);
+  }
+  for (std::int64_t c = dim; c < ld; ++c) zhat[c] = 0.0f;
+}
+
+// Forward pass of rows x[0..rows) into w (the output in w.y, [rows][ldh]).
+void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t rows,
+                  Work& w) {
+  const DF d;
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  const std::int64_t ld = p.ld;
+  for (std::int64_t l = 0; l < m.depth; ++l) {
+    float* u = w.u[l];
+    if (l == 0) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const VF xv = hn::Set(d, x[r]);
+        for (std::int64_t c = 0; c < ld; c += n) {
+          hn::Store(hn::MulAdd(xv, hn::Load(d, p.wt[0] + c), hn::Load(d, p.b[0] + c)), d,
+                    u + r * ld + c);
+        }
+      }
+    } else {
+      Gemm(w.a[l], ld, 1, rows, m.dim, p.wt[l], ld, p.b[l], Init::kBias, u, ld, ld);
+    }
+    if (m.norm) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        LayerNormRow(d, u + r * ld, w.zhat[l] + r * ld, &w.rstd[l * kBlockRows + r],
+                     p.lnw[l], p.lnb[l], m.dim, ld, m.eps);
+      }
+    }
+    float* a = w.a[l + 1];
+    for (std::int64_t k = 0; k < rows * ld; k += n) {
+      hn::Store(Silu(d, hn::Load(d, u + k)), d, a + k);
+    }
+  }
+  Gemm(w.a[m.depth], ld, 1, rows, m.dim, p.wt[m.depth], p.ldh, p.b[m.depth], Init::kBias, w.y,
+       p.ldh, p.ldh);
+}
+
+void ForwardRows(const DpbMlp& m, const float* x, std::int64_t begin, std::int64_t end,
+                 float* y, std::int64_t y_stride) {
+  if (begin >= end) return;
+  const Packed p = Pack(m, /*for_backward=*/false);
+  Work w = MakeWork(m, p, /*for_backward=*/false);
+  for (std::int64_t k0 = begin; k0 < end; k0 += kBlockRows) {
+    const std::int64_t rows = std::min(kBlockRows, end - k0);
+    ForwardBlock(m, p, x + k0, rows, w);
+    for (std::int64_t h = 0; h < m.heads; ++h) {
+      float* out = y + h * y_stride + k0;
+      for (std::int64_t r = 0; r < rows; ++r) out[r] = w.y[r * p.ldh + h];
+    }
+  }
+}
+
+// acc[c] += sum_{r < rows} src[r * ld + c] for c < cols (rows in order).
+HWY_INLINE void AddColumnSums(DF d, const float* HWY_RESTRICT src, std::int64_t rows,
+                              std::int64_t ld, std::int64_t cols, float* HWY_RESTRICT acc) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t c = 0; c < cols; c += n) {
+    VF v = hn::Load(d, acc + c);
+    for (std::int64_t r = 0; r < rows; ++r) v = hn::Add(v, hn::Load(d, src + r * ld + c));
+    hn::Store(v, d, acc + c);
+  }
+}
+
+// Gradients of rows [begin, end) into out (flat layout, overwritten).
+void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t g_stride,
+                  std::int64_t begin, std::int64_t end, float* out) {
+  const DF d;
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
+  const Packed p = Pack(m, /*for_backward=*/true);
+  Work w = MakeWork(m, p, /*for_backward=*/true);
+  const std::int64_t ld = p.ld;
+  const std::int64_t ldh = p.ldh;
+  const std::int64_t depth = m.depth;
+
+  // Padded accumulators: dW_0 [ld], dW_l [dim][ld], dW_depth [heads][ld];
+  // db_l [ldo_l]; LayerNorm [ld] each.
+  std::vector<std::int64_t> dw_at, db_at, dlnw_at, dlnb_at;
+  std::int64_t total = 0;
+  for (std::int64_t l = 0; l <= depth; ++l) {
+    dw_at.push_back(total);
+    total += (l == 0 ? 1 : (l < depth ? m.dim : m.heads)) * ld;
+    db_at.push_back(total);
+    total += l < depth ? ld : ldh;
+  }
+  if (m.norm) {
+    for (std::int64_t l = 0; l < depth; ++l) {
+      dlnw_at.push_back(total);
+      total += ld;
+      dlnb_at.push_back(total);
+      total += ld;
+    }
+  }
+  auto acc = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  std::fill(acc.get(), acc.get() + total, 0.0f);
+  float* A = acc.get();
+
+  for (std::int64_t k0 = begin; k0 < end; k0 += kBlockRows) {
+    const std::int64_t rows = std::min(kBlockRows, end - k0);
+    ForwardBlock(m, p, x + k0, rows, w);
+    // The incoming gradient, [rows][ldh] with zero padding.
+    float* gy = w.y;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t h = 0; h < ldh; ++h) {
+        gy[r * ldh + h] = h < m.heads ? g[h * g_stride + k0 + r] : 0.0f;
+      }
+    }
+    AddColumnSums(d, gy, rows, ldh, ldh, A + db_at[depth]);
+    // dW_depth[h][:] += sum_r gy[r][h] a_depth[r][:]
+    Gemm(gy, 1, ldh, m.heads, rows, w.a[depth], ld, nullptr, Init::kAccumulate,
+         A + dw_at[depth], ld, ld);
+    // da = gy W_depth
+    float* da = w.da;
+    float* dz = w.dz;
+    Gemm(gy, ldh, 1, rows, m.heads, p.w[depth], ld, nullptr, Init::kZero, da, ld, ld);
+    for (std::int64_t l = depth - 1; l >= 0; --l) {
+      const float* u = w.u[l];
+      for (std::int64_t k = 0; k < rows * ld; k += n) {
+        hn::Store(hn::Mul(hn::Load(d, da + k), SiluGrad(d, hn::Load(d, u + k))), d, da + k);
+      }
+      // da now holds du, the gradient at the LayerNorm output (or z).
+      const float* dzl = da;
+      if (m.norm) {
+        const float* zhat = w.zhat[l];
+        float* dgamma = A + dlnw_at[l];
+        for (std::int64_t c = 0; c < ld; c += n) {
+          VF v = hn::Load(d, dgamma + c);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            v = hn::MulAdd(hn::Load(d, da + r * ld + c), hn::Load(d, zhat + r * ld + c), v);
+          }
+          hn::Store(v, d, dgamma + c);
+        }
+        AddColumnSums(d, da, rows, ld, ld, A + dlnb_at[l]);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          float* dzr = dz + r * ld;
+          const float* zr = zhat + r * ld;
+          for (std::int64_t c = 0; c < ld; c += n) {
+            hn::Store(hn::Mul(hn::Load(d, da + r * ld + c), hn::Load(d, p.lnw[l] + c)), d,
+                      dzr + c);
+          }
+          double s1 = 0.0;
+          double s2 = 0.0;
+          for (std::int64_t c = 0; c < m.dim; ++c) {
+            s1 += dzr[c];
+            s2 += static_cast<double>(dzr[c]) * zr[c];
+          }
+          const VF m1 = hn::Set(d, static_cast<float>(s1 / static_cast<double>(m.dim)));
+          const VF m2 = hn::Set(d, static_cast<float>(s2 / static_cast<double>(m.dim)));
+          const VF rs = hn::Set(d, w.rstd[l * kBlockRows + r]);
+          for (std::int64_t c = 0; c < ld; c += n) {
+            const VF v = hn::Sub(hn::Sub(hn::Load(d, dzr + c), m1),
+                                 hn::Mul(hn::Load(d, zr + c), m2));
+            hn::Store(hn::Mul(rs, v), d, dzr + c);
+          }
+          for (std::int64_t c = m.dim; c < ld; ++c) dzr[c] = 0.0f;
+        }
+        dzl = dz;
+      }
+      AddColumnSums(d, dzl, rows, ld, ld, A + db_at[l]);
+      if (l == 0) {
+        float* dw0 = A + dw_at[0];
+        for (std::int64_t c = 0; c < ld; c += n) {
+          VF v = hn::Load(d, dw0 + c);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            v = hn::MulAdd(hn::Set(d, x[k0 + r]), hn::Load(d, dzl + r * ld + c), v);
+          }
+          hn::Store(v, d, dw0 + c);
+        }
+      } else {
+        // dW_l[o][:] += sum_r dz[r][o] a_l[r][:]; then da = dz W_l.
+        Gemm(dzl, 1, ld, m.dim, rows, w.a[l], ld, nullptr, Init::kAccumulate, A + dw_at[l],
+             ld, ld);
+        float* next = dzl == da ? dz : da;
+        Gemm(dzl, ld, 1, rows, m.dim, p.w[l], ld, nullptr, Init::kZero, next, ld, ld);
+        if (next != da) std::swap(da, dz);
+      }
+    }
+  }
+
+  // Unpad into the flat layout.
+  const dpb_mlp_internal::FlatLayout f = dpb_mlp_internal::flat_layout(m);
+  for (std::int64_t l = 0; l <= depth; ++l) {
+    const std::int64_t in = l == 0 ? 1 : m.dim;
+    const std::int64_t outf = l < depth ? m.dim : m.heads;
+    float* wo = out + f.weight[l];
+    if (l == 0) {
+      for (std::int64_t o = 0; o < outf; ++o) wo[o] = A[dw_at[0] + o];
+    } else {
+      for (std::int64_t o = 0; o < outf; ++o) {
+        std::copy(A + dw_at[l] + o * ld, A + dw_at[l] + o * ld + in, wo + o * in);
+      }
+    }
+    std::copy(A + db_at[l], A + db_at[l] + outf, out + f.bias[l]);
+  }
+  if (m.norm) {
+    for (std::int64_t l = 0; l < depth; ++l) {
+      std::copy(A + dlnw_at[l], A + dlnw_at[l] + m.dim, out + f.ln_weight[l]);
+      std::copy(A + dlnb_at[l], A + dlnb_at[l] + m.dim, out + f.ln_bias[l]);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+namespace posbias::detail {
+
+HWY_EXPORT(ForwardRows);
+HWY_EXPORT(BackwardRows);
+
+namespace {
+
+// Multiply-adds per input row (forward).
+double work_per_row(const DpbMlp& m) {
+  return static_cast<double>(m.dim) *
+         (static_cast<double>(m.dim) * static_cast<double>(m.depth - 1) +
+          static_cast<double>(m.heads) + 1.0);
+}
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr double kParallelWork = 1 << 20;
+
+}  // namespace
+
+void dpb_mlp_forward_serial(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
+                            std::int64_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, 0, n, y, y_stride);
+}
+
+void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
+                     std::int64_t y_stride) {
+  if (n <= 0) return;
+  if (work_per_row(mlp) * static_cast<double>(n) < kParallelWork ||
+      omp_get_max_threads() == 1) {
+    dpb_mlp_forward_serial(mlp, x, n, y, y_stride);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t nt = omp_get_num_threads();
+    const std::int64_t t = omp_get_thread_num();
+    HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, n * t / nt, n * (t + 1) / nt, y, y_stride);
+  }
+}
+
+void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
+                      std::int64_t g_stride, const DpbMlpGrads& grads) {
+  using dpb_mlp_internal::kBlockRows;
+  const dpb_mlp_internal::FlatLayout f = dpb_mlp_internal::flat_layout(mlp);
+  // Fixed slots of whole blocks, independent of the thread count; each slot's
+  // partial gradient is summed in slot order.
+  constexpr std::int64_t kMaxSlots = 64;
+  constexpr std::int64_t kMinSlotRows = 4 * kBlockRows;
+  std::int64_t slot_rows = std::max(kMinSlotRows, (n + kMaxSlots - 1) / kMaxSlots);
+  slot_rows = (slot_rows + kBlockRows - 1) / kBlockRows * kBlockRows;
+  const std::int64_t slots = n <= 0 ? 0 : (n + slot_rows - 1) / slot_rows;
+  std::vector<float> partial(static_cast<std::size_t>(slots * f.total));
+  const bool parallel = slots > 1 && omp_get_max_threads() > 1 &&
+                        work_per_row(mlp) * static_cast<double>(n) >= kParallelWork;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (std::int64_t s = 0; s < slots; ++s) {
+    const std::int64_t begin = s * slot_rows;
+    const std::int64_t end = std::min(n, begin + slot_rows);
+    HWY_DYNAMIC_DISPATCH(BackwardRows)(mlp, x, g, g_stride, begin, end,
+                                       partial.data() + s * f.total);
+  }
+  std::vector<double> sum(static_cast<std::size_t>(f.total), 0.0);
+  for (std::int64_t s = 0; s < slots; ++s) {
+    const float* ps = partial.data() + s * f.total;
+    for (std::int64_t k = 0; k < f.total; ++k) sum[static_cast<std::size_t>(k)] += ps[k];
+  }
+  const auto write = [&](float* dst, std::int64_t at, std::int64_t count) {
+    for (std::int64_t k = 0; k < count; ++k) {
+      dst[k] = static_cast<float>(sum[static_cast<std::size_t>(at + k)]);
+    }
+  };
+  for (std::int64_t l = 0; l <= mlp.depth; ++l) {
+    const std::int64_t in = dpb_mlp_internal::in_features(mlp, l);
+    const std::int64_t out = dpb_mlp_internal::out_features(mlp, l);
+    write(grads.weight[static_cast<std::size_t>(l)], f.weight[static_cast<std::size_t>(l)],
+          out * in);
+    write(grads.bias[static_cast<std::size_t>(l)], f.bias[static_cast<std::size_t>(l)], out);
+  }
+  if (mlp.norm) {
+    for (std::int64_t l = 0; l < mlp.depth; ++l) {
+      write(grads.ln_weight[static_cast<std::size_t>(l)],
+            f.ln_weight[static_cast<std::size_t>(l)], mlp.dim);
+      write(grads.ln_bias[static_cast<std::size_t>(l)], f.ln_bias[static_cast<std::size_t>(l)],
+            mlp.dim);
+    }
+  }
+}
+
+}  // namespace posbias::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,72 @@
+// Internal: the small MLP of Dynamic Position Bias, forward and backward,
+// over a batch of scalar inputs. Not installed.
+//
+// The network (x-transformers' form; zeta's is depth = 2 without norm):
+//
+//     a_0 = x                                  (one scalar per input row)
+//     z_l = a_l W_l^T + b_l                    l = 0 .. depth-1
+//     u_l = LayerNorm(z_l) (with norm) else z_l
+//     a_{l+1} = SiLU(u_l)
+//     y   = a_depth W_depth^T + b_depth        [n, heads]
+//
+// Weights are in PyTorch's layout ([out, in], row-major). Everything is
+// float32: each output is a fixed sequence of fused multiply-adds over the
+// inputs of its layer, so the value of one input row never depends on n, on
+// the other rows, on blocking or on threads (forward() of a sub-range of
+// distances equals the full table bit for bit). LayerNorm statistics are
+// accumulated in double.
+//
+// The kernels are compiled per instruction set by Highway and dispatched at
+// run time; the front functions below thread over blocks of rows (OpenMP).
+#ifndef POSBIAS_SRC_KERNELS_DPB_MLP_H_
+#define POSBIAS_SRC_KERNELS_DPB_MLP_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace posbias::detail {
+
+struct DpbMlp {
+  std::int64_t dim = 0;
+  std::int64_t heads = 0;
+  std::int64_t depth = 0;
+  bool norm = false;
+  float eps = 1e-5f;
+  // depth + 1 Linear layers: weight l is [out_l, in_l] with in_0 = 1,
+  // in_l = dim, out_l = dim for l < depth and out_depth = heads.
+  std::vector<const float*> weight;
+  std::vector<const float*> bias;
+  // With norm: depth LayerNorms over dim (weight, bias).
+  std::vector<const float*> ln_weight;
+  std::vector<const float*> ln_bias;
+};
+
+// Gradient outputs, shaped like the parameters of DpbMlp (overwritten).
+struct DpbMlpGrads {
+  std::vector<float*> weight;
+  std::vector<float*> bias;
+  std::vector<float*> ln_weight;
+  std::vector<float*> ln_bias;
+};
+
+// y[h * y_stride + k] = MLP(x[k])[h] for k in [0, n). Threaded over rows.
+void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
+                     std::int64_t y_stride);
+
+// Gradients of L = sum_{h,k} g[h * g_stride + k] * MLP(x[k])[h] with respect
+// to every parameter, written to `grads`. Recomputes the forward activations
+// block by block (never all at once). Threaded over fixed blocks of rows whose
+// partial sums are added in a fixed order: the result does not depend on the
+// number of threads.
+void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
+                      std::int64_t g_stride, const DpbMlpGrads& grads);
+
+// The same on the calling thread only, with the instruction set Highway
+// would pick (for tests of every compiled target: call after
+// hwy::SetSupportedTargetsForTest).
+void dpb_mlp_forward_serial(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
+                            std::int64_t y_stride);
+
+}  // namespace posbias::detail
+
+#endif  // POSBIAS_SRC_KERNELS_DPB_MLP_H_
