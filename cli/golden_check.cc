@@ -437,8 +437,10 @@ GoldenReport check_golden_file(const std::string& path) {
   if (in.bad()) {
     throw GoldenFileError("cannot read '" + path + "': read error");
   }
+  std::string base_dir = fs::path(path).parent_path().string();
+  if (base_dir.empty()) base_dir = ".";  // "golden.json": beside it is here
   try {
-    return check_golden_text(text.str(), fs::path(path).parent_path().string());
+    return check_golden_text(text.str(), base_dir);
   } catch (const GoldenFileError& e) {
     throw GoldenFileError("'" + path + "': " + e.what());
   }
