@@ -15,14 +15,35 @@
 // `i` and `j` are lengths, not positions: the seed documentation's
 // `module(0, 5)` ("positions 0 to 5") returns an empty [heads, 0, 5] tensor.
 //
-// The MLP is cheap (it sees j or 2j-1 inputs); the cost of forward() is the
-// gather into heads * i * j values, which is written one row at a time as a
-// copy of a window of the table (kernels/toeplitz.h), at memory speed. The
-// fused attention reads distance_table() and never gathers.
+// The MLP is cheap: forward(i, j) runs it on the distances the call needs
+// only (j inputs for zeta, i + j - 1 signed ones for x-transformers, so a
+// decode step costs j). The cost of forward() is the gather into
+// heads * i * j values, which is written one row at a time as a copy of a
+// window of the table, rounded once to the output dtype beforehand
+// (kernels/toeplitz.h), at memory speed. The fused attention reads
+// distance_table() and never gathers.
+//
+// Numerics: float32 throughout (fused multiply-adds, LayerNorm statistics in
+// float as in PyTorch); results agree with PyTorch's float32 module to about
+// 1e-6 relative, not bit for bit. A distance's value does not depend on the
+// call it appears in: forward(i, j) equals distance_table(j) rounded to the
+// output dtype, bit for bit. Subnormal intermediates (deep in SiLU's tail)
+// are flushed to zero.
+//
+// Training: backward() reduces the bias gradient onto the per-distance table
+// in one pass (never materialising per-element activations), then runs the
+// MLP backward on the j or 2j-1 distances; its results do not depend on the
+// number of OpenMP threads.
+//
+// Example (a zeta module trained in PyTorch, used for a KV-cache decode step):
+//
+//   posbias::DynamicPositionBias dpb(64, 8);
+//   dpb.load("dpb.safetensors");             // torch state-dict names
+//   posbias::Tensor b = dpb.forward(1, 4096);  // [8, 1, 4096], query at 4095
 //
 // Thread safety: const members may be called concurrently; changing
-// parameters (mutable_parameter, load_state_dict) while another thread runs
-// forward() is a data race.
+// parameters (mutable_parameter, load_state_dict, load) while another thread
+// runs a const member is a data race.
 #ifndef POSBIAS_DPB_H_
 #define POSBIAS_DPB_H_
 
@@ -65,25 +86,34 @@ class DynamicPositionBias {
   /// log_distance / norm / depth != 2 with the zeta variant.
   explicit DynamicPositionBias(const DpbOptions& options, std::uint64_t seed = 0);
 
-  /// The bias [heads, i, j] in `dtype` (computed in float32, rounded once).
-  /// Requires 0 <= i <= j (std::invalid_argument otherwise).
+  /// The bias [heads, i, j] in `dtype` (computed in float32, rounded once),
+  /// contiguous: bias[h][r][c] = MLP(distance of q_r = j - i + r and c)[h].
+  /// Requires 0 <= i <= j (std::invalid_argument otherwise, with i and j);
+  /// i = 0 gives an empty [heads, 0, j]. std::length_error when heads*i*j
+  /// elements cannot be allocated. Cost: the MLP on j (zeta) or i + j - 1
+  /// (x-transformers) distances plus one copy per output row.
   Tensor forward(std::int64_t i, std::int64_t j, DType dtype = DType::kFloat32) const;
 
-  /// As forward(), into caller-owned contiguous memory of heads*i*j elements.
+  /// As forward(), into caller-owned contiguous memory of heads*i*j elements
+  /// of `dtype` (any alignment; null only when there are none).
   void forward_into(std::int64_t i, std::int64_t j, DType dtype, void* out) const;
 
   /// The compact table the MLP produces, float32: zeta [heads, j] indexed by
-  /// distance |q - c|; x-transformers [heads, 2j-1] indexed by (q - c) + j - 1.
+  /// distance |q - c|; x-transformers [heads, 2j-1] indexed by (q - c) + j - 1
+  /// (the same as distance_table(j)). j >= 1 (std::invalid_argument).
   Tensor table(std::int64_t j) const;
 
   /// The table in the attention's form for every variant: [heads, 2j-1],
-  /// entry (q_r - c) + (j - 1) (zeta's table mirrored). j >= 1.
+  /// float32, entry (q_r - c) + (j - 1) (zeta's table mirrored). j >= 1.
   Tensor distance_table(std::int64_t j) const;
 
   /// Parameter gradients of sum(forward(i, j) * grad_bias), keyed by
-  /// state-dict name. grad_bias: float32 [heads, i, j] (any strides).
-  /// Reduces onto the table first (one pass over grad_bias), then runs the
-  /// MLP backward on j (or 2j-1) inputs; no per-element activations.
+  /// state-dict name, float32, shaped like the parameters. grad_bias:
+  /// [heads, i, j], any strides (a non-contiguous or 16-bit gradient is first
+  /// copied to contiguous float32); another shape throws std::invalid_argument
+  /// naming the expected and the given shape. Reduces onto the table first
+  /// (one pass over grad_bias, threaded), then runs the MLP backward on j (or
+  /// i + j - 1) inputs; no per-element activations. i = 0 gives zeros.
   TensorMap backward(std::int64_t i, std::int64_t j, const Tensor& grad_bias) const;
 
   /// Parameter gradients of sum(table(j) * grad_table); grad_table has
@@ -91,7 +121,8 @@ class DynamicPositionBias {
   TensorMap backward_table(std::int64_t j, const Tensor& grad_table) const;
 
   /// Parameter gradients of sum(distance_table(j) * grad), grad [heads, 2j-1]
-  /// (what the fused attention's backward produces).
+  /// (what the fused attention's backward produces). For zeta the entries at
+  /// +d and -d both count towards distance d.
   TensorMap backward_distance_table(std::int64_t j, const Tensor& grad) const;
 
   const DpbOptions& options() const { return options_; }
@@ -108,22 +139,30 @@ class DynamicPositionBias {
   /// A parameter by state-dict name (std::invalid_argument for an unknown
   /// name, listing the known ones). float32, contiguous.
   const Tensor& parameter(const std::string& name) const;
+  /// Write the values through it (e.g. an optimiser step). Assigning a tensor
+  /// that is not contiguous float32 of the parameter's shape makes later calls
+  /// throw std::invalid_argument naming it, until load_state_dict() repairs it.
   Tensor& mutable_parameter(const std::string& name);
 
-  /// All parameters by name (handles sharing this module's storage).
+  /// All parameters by name (handles sharing this module's storage: writing
+  /// through them changes the module).
   TensorMap state_dict() const;
 
-  /// Replaces every parameter from `state` (copied, converted to float32).
-  /// Strict: a missing or unexpected name, a wrong shape or a non-finite value
-  /// throws std::invalid_argument naming the tensor and what was expected;
-  /// on error nothing is changed.
+  /// Sets every parameter from `state` (values copied into the module's own
+  /// storage, converted to float32 from any dtype). Strict: a missing or
+  /// unexpected name, a wrong shape ("expected shape [64, 1], got [64]") or a
+  /// non-finite value (named with its index) throws std::invalid_argument
+  /// naming the tensor and what was expected; on error nothing is changed.
   void load_state_dict(const TensorMap& state);
 
-  /// Saves the state dict as safetensors (zeta's names, float32), loadable by
-  /// `safetensors.torch.load_file` + `load_state_dict` in PyTorch.
+  /// Saves the state dict as safetensors (the state-dict names, float32,
+  /// metadata {"format": "pt"}), loadable by `safetensors.torch.load_file` +
+  /// `load_state_dict` in PyTorch.
   void save(const std::string& path) const;
 
-  /// Loads a safetensors state dict written by PyTorch or save().
+  /// Loads a safetensors state dict written by PyTorch or save(): errors of
+  /// load_state_dict() are std::invalid_argument prefixed with the path; a
+  /// malformed file throws as load_safetensors() does.
   void load(const std::string& path);
 
  private:

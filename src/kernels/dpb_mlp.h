@@ -13,8 +13,9 @@
 // float32: each output is a fixed sequence of fused multiply-adds over the
 // inputs of its layer, so the value of one input row never depends on n, on
 // the other rows, on blocking or on threads (forward() of a sub-range of
-// distances equals the full table bit for bit). LayerNorm statistics are
-// accumulated in double.
+// distances equals the full table bit for bit, on a given instruction set).
+// LayerNorm statistics are float vector sums, like PyTorch's. Subnormal
+// values are flushed to zero while the kernels run (see dpb_mlp.cc).
 //
 // The kernels are compiled per instruction set by Highway and dispatched at
 // run time; the front functions below thread over blocks of rows (OpenMP).
