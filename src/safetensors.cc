@@ -23,14 +23,13 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 #include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "checks.h"
 
@@ -60,8 +59,8 @@ constexpr StoredType kLoadable[] = {
 // The other dtypes of the format: recognised (so the message can say "not
 // supported" rather than "unknown"), never loaded.
 constexpr const char* kKnownUnsupported[] = {
-    "BOOL", "U8",      "I8",      "I16",     "U16",     "I32",  "U32", "I64",
-    "U64",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+    "BOOL", "U8",      "I8",      "I16",     "U16",     "I32",     "U32", "I64",
+    "U64",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
 
 const char* stored_name(DType dtype) {
   switch (dtype) {
@@ -174,10 +173,9 @@ json parse_header_json(std::string_view header, const std::string& what) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
         if (depth > 2) {
-          throw HeaderShapeError{
-              (current_tensor.empty() ? std::string("header")
-                                      : "tensor " + show_name(current_tensor)) +
-              ": JSON nested deeper than the safetensors layout allows"};
+          throw HeaderShapeError{(current_tensor.empty() ? std::string("header")
+                                                         : "tensor " + show_name(current_tensor)) +
+                                 ": JSON nested deeper than the safetensors layout allows"};
         }
         if (event == json::parse_event_t::object_start) keys.emplace_back();
         break;
@@ -238,14 +236,16 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     if (!v.contains(key)) {
-      fail_tensor(what, name, std::string("missing key \"") + key +
-                                  "\" (expected exactly dtype, shape, data_offsets)");
+      fail_tensor(
+          what, name,
+          std::string("missing key \"") + key + "\" (expected exactly dtype, shape, data_offsets)");
     }
   }
   for (const auto& item : v.items()) {
     if (item.key() != "dtype" && item.key() != "shape" && item.key() != "data_offsets") {
-      fail_tensor(what, name, "unexpected key " + show_name(item.key()) +
-                                  " (expected exactly dtype, shape, data_offsets)");
+      fail_tensor(what, name,
+                  "unexpected key " + show_name(item.key()) +
+                      " (expected exactly dtype, shape, data_offsets)");
     }
   }
   Entry e;
@@ -264,8 +264,7 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
                                    [&](const char* k) { return dname == k; });
     fail_tensor(what, name,
                 std::string(known ? "dtype " : "unknown dtype ") + show_name(dname) +
-                    (known ? " is not supported" : "") +
-                    " (expected F32, F16, BF16 or F64)");
+                    (known ? " is not supported" : "") + " (expected F32, F16, BF16 or F64)");
   }
 
   const json& shape = v["shape"];
@@ -278,9 +277,9 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
     std::uint64_t x = 0;
     if (!as_u64(extent, &x) ||
         x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      fail_tensor(what, name, "shape " + shape.dump() +
-                                  ": every extent must be an integer >= 0, found " +
-                                  type_of(extent));
+      fail_tensor(what, name,
+                  "shape " + shape.dump() + ": every extent must be an integer >= 0, found " +
+                      type_of(extent));
     }
     e.shape.push_back(static_cast<std::int64_t>(x));
     if (!overflow && __builtin_mul_overflow(numel, x, &numel)) overflow = true;
@@ -289,36 +288,37 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
   std::uint64_t nbytes = 0;
   if (empty) {
     numel = 0;
-  } else if (overflow || numel > static_cast<std::uint64_t>(
-                                     std::numeric_limits<std::int64_t>::max()) ||
+  } else if (overflow ||
+             numel > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
              __builtin_mul_overflow(numel, e.type->size, &nbytes)) {
-    fail_tensor(what, name, "shape " + detail::shape_string(e.shape) +
-                                " has too many elements (the byte size overflows)");
+    fail_tensor(what, name,
+                "shape " + detail::shape_string(e.shape) +
+                    " has too many elements (the byte size overflows)");
   }
 
   const json& offsets = v["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !as_u64(offsets[0], &e.begin) ||
       !as_u64(offsets[1], &e.end)) {
     fail_tensor(what, name,
-                "data_offsets must be [begin, end] with integers >= 0, found " +
-                    type_of(offsets));
+                "data_offsets must be [begin, end] with integers >= 0, found " + type_of(offsets));
   }
   if (e.begin > e.end) {
-    fail_tensor(what, name, "data_offsets [" + std::to_string(e.begin) + ", " +
-                                std::to_string(e.end) + "] have begin > end");
+    fail_tensor(what, name,
+                "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                    "] have begin > end");
   }
   if (e.end > buffer_size) {
-    fail_tensor(what, name, "data_offsets [" + std::to_string(e.begin) + ", " +
-                                std::to_string(e.end) + "] are out of range: the data buffer "
-                                "holds " + std::to_string(buffer_size) +
-                                " bytes (truncated file, or corrupted offsets)");
+    fail_tensor(what, name,
+                "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                    "] are out of range: the data buffer "
+                    "holds " +
+                    std::to_string(buffer_size) + " bytes (truncated file, or corrupted offsets)");
   }
   if (e.end - e.begin != nbytes) {
-    fail_tensor(what, name, "data_offsets [" + std::to_string(e.begin) + ", " +
-                                std::to_string(e.end) + "] hold " +
-                                std::to_string(e.end - e.begin) + " bytes, but " + dname +
-                                " x " + detail::shape_string(e.shape) + " needs " +
-                                std::to_string(nbytes));
+    fail_tensor(what, name,
+                "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                    "] hold " + std::to_string(e.end - e.begin) + " bytes, but " + dname + " x " +
+                    detail::shape_string(e.shape) + " needs " + std::to_string(nbytes));
   }
   return e;
 }
@@ -358,10 +358,9 @@ std::vector<Entry> parse_header(std::string_view header, std::uint64_t buffer_si
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < covered) {
-      fail(what, "tensors " + show_name(previous->name) + " [" +
-                     std::to_string(previous->begin) + ", " + std::to_string(previous->end) +
-                     ") and " + show_name(e.name) + " [" + std::to_string(e.begin) + ", " +
-                     std::to_string(e.end) + ") overlap");
+      fail(what, "tensors " + show_name(previous->name) + " [" + std::to_string(previous->begin) +
+                     ", " + std::to_string(previous->end) + ") and " + show_name(e.name) + " [" +
+                     std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
     }
     if (e.begin > covered) {
       fail(what, "gap in the data buffer: bytes [" + std::to_string(covered) + ", " +
@@ -373,8 +372,8 @@ std::vector<Entry> parse_header(std::string_view header, std::uint64_t buffer_si
   }
   if (covered != buffer_size) {
     fail(what, "oversized: the tensors cover " + std::to_string(covered) +
-                   " bytes of the data buffer but it holds " + std::to_string(buffer_size) +
-                   " (" + std::to_string(buffer_size - covered) + " trailing bytes)");
+                   " bytes of the data buffer but it holds " + std::to_string(buffer_size) + " (" +
+                   std::to_string(buffer_size - covered) + " trailing bytes)");
   }
   return entries;
 }
@@ -438,8 +437,7 @@ std::string build_header(const TensorMap& tensors,
       throw std::invalid_argument(
           "save_safetensors: \"__metadata__\" is reserved and cannot name a tensor");
     }
-    const std::uint64_t bytes =
-        static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype());
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * dtype_size(t.dtype());
     if (h.size() > 1) h += ",";
     h += json_string(name, "tensor name") + ":{\"dtype\":\"" + stored_name(t.dtype()) +
          "\",\"shape\":[";
@@ -447,8 +445,8 @@ std::string build_header(const TensorMap& tensors,
       if (d) h += ",";
       h += std::to_string(t.shape()[d]);
     }
-    h += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-         std::to_string(offset + bytes) + "]}";
+    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) +
+         "]}";
     offset += bytes;
     plan->push_back(Planned{&name, &t, bytes});
   }
@@ -491,13 +489,12 @@ void read_exact(int fd, void* dst, std::uint64_t offset, std::uint64_t bytes,
                 const std::string& path) {
   auto* p = static_cast<char*>(dst);
   while (bytes > 0) {
-    const std::size_t chunk = static_cast<std::size_t>(
-        std::min<std::uint64_t>(bytes, std::uint64_t{1} << 30));
+    const std::size_t chunk =
+        static_cast<std::size_t>(std::min<std::uint64_t>(bytes, std::uint64_t{1} << 30));
     const ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot read safetensors file '" + path +
-                               "': " + errno_text(errno));
+      throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(errno));
     }
     if (got == 0) {
       throw std::runtime_error("cannot read safetensors file '" + path +
@@ -516,8 +513,8 @@ void write_all(int fd, const void* data, std::size_t bytes, const std::string& t
     const ssize_t put = ::write(fd, p, std::min<std::size_t>(bytes, std::size_t{1} << 30));
     if (put < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot write safetensors file '" + path + "' (writing '" +
-                               tmp + "'): " + errno_text(errno));
+      throw std::runtime_error("cannot write safetensors file '" + path + "' (writing '" + tmp +
+                               "'): " + errno_text(errno));
     }
     p += put;
     bytes -= static_cast<std::size_t>(put);
@@ -531,9 +528,8 @@ TensorMap parse_safetensors(const std::string& bytes, const std::string& what) {
   check_total_size(total, what);
   const auto* base = reinterpret_cast<const unsigned char*>(bytes.data());
   const std::uint64_t n = check_prefix(base, total, what);
-  const std::vector<Entry> entries =
-      parse_header(std::string_view(bytes).substr(8, static_cast<std::size_t>(n)),
-                   total - 8 - n, what);
+  const std::vector<Entry> entries = parse_header(
+      std::string_view(bytes).substr(8, static_cast<std::size_t>(n)), total - 8 - n, what);
   const char* data = bytes.data() + 8 + n;
   TensorMap out;
   for (const Entry& e : entries) {
@@ -548,17 +544,14 @@ TensorMap load_safetensors(const std::string& path) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) {
-    throw std::runtime_error("cannot open safetensors file '" + path +
-                             "': " + errno_text(errno));
+    throw std::runtime_error("cannot open safetensors file '" + path + "': " + errno_text(errno));
   }
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
-    throw std::runtime_error("cannot stat safetensors file '" + path +
-                             "': " + errno_text(errno));
+    throw std::runtime_error("cannot stat safetensors file '" + path + "': " + errno_text(errno));
   }
   if (S_ISDIR(st.st_mode)) {
-    throw std::runtime_error("cannot read safetensors file '" + path +
-                             "': " + errno_text(EISDIR));
+    throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(EISDIR));
   }
   const std::string what = "file '" + path + "'";
   if (!S_ISREG(st.st_mode)) {
@@ -654,22 +647,21 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   write_u64_le(header.size(), len);
   write_all(f.fd, len, 8, tmp, path);
   write_all(f.fd, header.data(), header.size(), tmp, path);
-  emit_data(plan, [&](const void* data, std::size_t bytes) {
-    write_all(f.fd, data, bytes, tmp, path);
-  });
+  emit_data(plan,
+            [&](const void* data, std::size_t bytes) { write_all(f.fd, data, bytes, tmp, path); });
   if (::fsync(f.fd) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (fsync of '" +
-                             tmp + "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file '" + path + "' (fsync of '" + tmp +
+                             "'): " + errno_text(errno));
   }
   const int fd = f.fd;
   f.fd = -1;
   if (::close(fd) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (closing '" +
-                             tmp + "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file '" + path + "' (closing '" + tmp +
+                             "'): " + errno_text(errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (renaming '" +
-                             tmp + "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file '" + path + "' (renaming '" + tmp +
+                             "'): " + errno_text(errno));
   }
   cleanup.done = true;
   // Make the rename itself durable; failing to is not an error of the write.

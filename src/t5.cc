@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -26,10 +25,10 @@ constexpr const char* kWeightName = "relative_attention_bias.weight";
 // The checked constants of the bucket function.
 struct BucketRule {
   bool causal;
-  std::int64_t nb;          // buckets per side
-  std::int64_t max_exact;   // distances below this have their own bucket
-  float log_ratio;          // float(ln(max_distance / max_exact))
-  float log_buckets;        // float(nb - max_exact)
+  std::int64_t nb;         // buckets per side
+  std::int64_t max_exact;  // distances below this have their own bucket
+  float log_ratio;         // float(ln(max_distance / max_exact))
+  float log_buckets;       // float(nb - max_exact)
 };
 
 BucketRule make_bucket_rule(const char* who, bool causal, std::int64_t num_buckets,
@@ -38,8 +37,8 @@ BucketRule make_bucket_rule(const char* who, bool causal, std::int64_t num_bucke
   if (num_buckets < min_buckets) {
     throw std::invalid_argument(
         std::string(who) + ": num_buckets must be >= " + std::to_string(min_buckets) +
-        (causal ? " (causal)" : " (two-sided: half per direction, at least 2 each)") +
-        ", got " + std::to_string(num_buckets));
+        (causal ? " (causal)" : " (two-sided: half per direction, at least 2 each)") + ", got " +
+        std::to_string(num_buckets));
   }
   BucketRule rule;
   rule.causal = causal;
@@ -47,9 +46,9 @@ BucketRule make_bucket_rule(const char* who, bool causal, std::int64_t num_bucke
   rule.max_exact = rule.nb / 2;
   if (max_distance <= rule.max_exact) {
     throw std::invalid_argument(
-        std::string(who) + ": max_distance must be > max_exact = " +
-        std::to_string(rule.max_exact) + " (half of " + std::to_string(rule.nb) +
-        " buckets per direction), got " + std::to_string(max_distance));
+        std::string(who) +
+        ": max_distance must be > max_exact = " + std::to_string(rule.max_exact) + " (half of " +
+        std::to_string(rule.nb) + " buckets per direction), got " + std::to_string(max_distance));
   }
   // As the reference: math.log(max_distance / max_exact) in double (Python's
   // true division), used as a float32 scalar.
@@ -64,8 +63,7 @@ BucketRule make_bucket_rule(const char* who, bool causal, std::int64_t num_bucke
 // int64 is accepted.
 std::int64_t bucket_of(const BucketRule& rule, std::int64_t rel) {
   // n = -rel: n < 0 exactly when rel > 0 (a future key).
-  const std::uint64_t past =
-      rel < 0 ? static_cast<std::uint64_t>(-(rel + 1)) + 1 : 0;  // max(n, 0)
+  const std::uint64_t past = rel < 0 ? static_cast<std::uint64_t>(-(rel + 1)) + 1 : 0;  // max(n, 0)
   std::int64_t ret = 0;
   std::uint64_t n = past;
   if (!rule.causal) {
@@ -85,7 +83,7 @@ std::int64_t bucket_of(const BucketRule& rule, std::int64_t rel) {
   return ret + std::min(large, rule.nb - 1);
 }
 
-// Counter-based, platform-independent N(0, 1): the standard-specified
+// Platform-independent N(0, 1): the standard-specified
 // mt19937_64 stream turned into normals by the Box-Muller transform written
 // out (std::normal_distribution's algorithm differs between standard
 // libraries).
@@ -130,16 +128,13 @@ void store(void* base, DType dtype, std::size_t at, float v) {
 
 }  // namespace
 
-std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal,
-                                         std::int64_t num_buckets,
+std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal, std::int64_t num_buckets,
                                          std::int64_t max_distance) {
   return bucket_of(
-      make_bucket_rule("t5_relative_position_bucket", causal, num_buckets, max_distance),
-      rel);
+      make_bucket_rule("t5_relative_position_bucket", causal, num_buckets, max_distance), rel);
 }
 
-RelativePositionBias::RelativePositionBias(float scale, bool causal,
-                                           std::int64_t num_buckets,
+RelativePositionBias::RelativePositionBias(float scale, bool causal, std::int64_t num_buckets,
                                            std::int64_t max_distance, std::int64_t heads,
                                            std::uint64_t seed)
     : scale_(scale),
@@ -171,8 +166,7 @@ Tensor checked_embedding(const Tensor& e, std::int64_t num_buckets, std::int64_t
   if (e.shape() != want) {
     throw std::invalid_argument("RelativePositionBias: the embedding has shape " +
                                 detail::shape_string(e.shape()) + ", expected " +
-                                detail::shape_string(want) +
-                                " [num_buckets, heads]");
+                                detail::shape_string(want) + " [num_buckets, heads]");
   }
   if (e.dtype() == DType::kFloat32 && e.is_contiguous()) return e;
   return e.to(DType::kFloat32);
@@ -274,8 +268,8 @@ void RelativePositionBias::load_state_dict(const TensorMap& state) {
   for (std::int64_t k = 0; k < copy.numel(); ++k) {
     if (!std::isfinite(v[k])) {
       std::ostringstream msg;
-      msg << who << "\"" << kWeightName << "\" has a non-finite value " << v[k]
-          << " at [" << k / heads_ << ", " << k % heads_ << "]";
+      msg << who << "\"" << kWeightName << "\" has a non-finite value " << v[k] << " at ["
+          << k / heads_ << ", " << k % heads_ << "]";
       throw std::invalid_argument(msg.str());
     }
   }

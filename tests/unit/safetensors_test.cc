@@ -6,8 +6,6 @@
 #include "posbias/safetensors.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -170,10 +169,10 @@ TEST(Safetensors, HeaderLayoutIsByteExact) {
       "\"c\":{\"dtype\":\"F16\",\"shape\":[1,2],\"data_offsets\":[10,14]}}";
   std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
   ASSERT_EQ(padded.size() % 8, 0u);
-  const std::string data = std::string("\x80\x3f", 2) +                  // bf16 1.0
-                           std::string("\x00\x00\x80\x3f", 4) +          // f32 1.0
-                           std::string("\x00\x00\x00\xc0", 4) +          // f32 -2.0
-                           std::string("\x00\xb8\x00\xb8", 4);           // f16 -0.5 x2
+  const std::string data = std::string("\x80\x3f", 2) +          // bf16 1.0
+                           std::string("\x00\x00\x80\x3f", 4) +  // f32 1.0
+                           std::string("\x00\x00\x00\xc0", 4) +  // f32 -2.0
+                           std::string("\x00\xb8\x00\xb8", 4);   // f16 -0.5 x2
   EXPECT_EQ(serialize_safetensors(m, {{"format", "pt"}}), u64_le(padded.size()) + padded + data);
   // Without metadata there is no __metadata__ key at all.
   const std::string bare = serialize_safetensors(m);
@@ -248,8 +247,8 @@ TEST(Safetensors, EveryTruncationThrowsInvalidArgument) {
   }
   // And the same through the file reader, for a few cut points.
   TempDir dir;
-  for (std::size_t len : {std::size_t{0}, std::size_t{5}, std::size_t{8}, std::size_t{40},
-                          bytes.size() - 1}) {
+  for (std::size_t len :
+       {std::size_t{0}, std::size_t{5}, std::size_t{8}, std::size_t{40}, bytes.size() - 1}) {
     const std::string path = dir.path() + "/cut" + std::to_string(len);
     std::ofstream(path, std::ios::binary) << bytes.substr(0, len);
     EXPECT_THROW(load_safetensors(path), std::invalid_argument) << len;
@@ -269,41 +268,110 @@ std::vector<Malformed> malformed_inputs() {
   const std::string ok_a = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   std::vector<Malformed> v;
   v.push_back({"shorter than the length field", "abc", {"truncated", "3 bytes", "at least 8"}});
-  v.push_back({"header length huge", u64_le(std::uint64_t{1} << 62) + "{}", {"header length 4611686018427387904", "exceeds the limit"}});
-  v.push_back({"header length past the end", u64_le(1000) + "{}", {"truncated", "claims 1000 bytes", "only 2"}});
+  v.push_back({"header length huge",
+               u64_le(std::uint64_t{1} << 62) + "{}",
+               {"header length 4611686018427387904", "exceeds the limit"}});
+  v.push_back({"header length past the end",
+               u64_le(1000) + "{}",
+               {"truncated", "claims 1000 bytes", "only 2"}});
   v.push_back({"header length zero", u64_le(0), {"too short"}});
   v.push_back({"bad JSON", file_from(R"({"a":{"dtype":)", ""), {"not valid JSON"}});
   v.push_back({"comment in JSON", file_from(R"({/* x */})", ""), {"not valid JSON"}});
   v.push_back({"invalid UTF-8", file_from("{\"\xff\":1}", ""), {"not valid JSON"}});
   v.push_back({"header not an object", file_from("[1,2]", ""), {"must be a JSON object", "array"}});
-  v.push_back({"non-object entry", file_from(R"({"a":5})", ""), {"tensor \"a\"", "expected an object", "integer 5"}});
-  v.push_back({"missing data_offsets", file_from(R"({"a":{"dtype":"F32","shape":[1]}})", four), {"tensor \"a\"", "missing key \"data_offsets\""}});
-  v.push_back({"missing dtype", file_from(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "missing key \"dtype\""}});
-  v.push_back({"unexpected key", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", four), {"tensor \"a\"", "unexpected key \"x\""}});
-  v.push_back({"duplicate tensor", file_from("{" + ok_a + "," + ok_a + "}", four), {"duplicate key \"a\""}});
-  v.push_back({"duplicate key in entry", file_from(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "duplicate key \"dtype\""}});
-  v.push_back({"unsupported dtype I64", file_from(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", eight), {"tensor \"a\"", "dtype \"I64\" is not supported", "F32, F16, BF16 or F64"}});
-  v.push_back({"unsupported dtype U8", file_from(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", four), {"dtype \"U8\" is not supported"}});
-  v.push_back({"unknown dtype", file_from(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", four), {"unknown dtype \"F33\""}});
-  v.push_back({"dtype not a string", file_from(R"({"a":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", four), {"dtype must be a string", "integer 32"}});
-  v.push_back({"negative extent", file_from(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "shape [-1]", ">= 0", "integer -1"}});
-  v.push_back({"fractional extent", file_from(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", four), {"shape [1.5]", "number 1.5"}});
-  v.push_back({"shape not an array", file_from(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", four), {"shape must be an array"}});
-  v.push_back({"shape nested", file_from(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "nested deeper"}});
-  v.push_back({"deep nesting", file_from(std::string(5000, '[') + std::string(5000, ']'), ""), {"header", "nested deeper"}});
-  v.push_back({"element count overflows", file_from(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "too many elements"}});
-  v.push_back({"offsets mismatch shape", file_from(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four), {"tensor \"a\"", "hold 4 bytes", "F32 x [2] needs 8"}});
-  v.push_back({"offsets mismatch 16-bit", file_from(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,4]}})", four), {"BF16 x [2, 2] needs 8"}});
-  v.push_back({"offsets not a pair", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", four), {"data_offsets must be [begin, end]"}});
-  v.push_back({"negative offset", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", four), {"data_offsets must be [begin, end]"}});
-  v.push_back({"begin after end", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", four), {"begin > end"}});
-  v.push_back({"out of range", file_from(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four), {"tensor \"a\"", "out of range", "holds 4 bytes"}});
-  v.push_back({"overlapping", file_from(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", twelve), {"\"a\" [0, 8)", "\"b\" [4, 12)", "overlap"}});
-  v.push_back({"gap", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", twelve), {"gap", "[4, 8)", "\"b\""}});
-  v.push_back({"gap at the start", file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight), {"gap", "[0, 4)"}});
-  v.push_back({"oversized", file_from("{" + ok_a + "}", four + "junk"), {"oversized", "cover 4 bytes", "holds 8", "4 trailing bytes"}});
-  v.push_back({"metadata not an object", file_from(R"({"__metadata__":[1]})", ""), {"__metadata__ must be an object"}});
-  v.push_back({"metadata value not a string", file_from(R"({"__metadata__":{"k":1}})", ""), {"__metadata__ entry \"k\"", "must be a string"}});
+  v.push_back({"non-object entry",
+               file_from(R"({"a":5})", ""),
+               {"tensor \"a\"", "expected an object", "integer 5"}});
+  v.push_back({"missing data_offsets",
+               file_from(R"({"a":{"dtype":"F32","shape":[1]}})", four),
+               {"tensor \"a\"", "missing key \"data_offsets\""}});
+  v.push_back({"missing dtype",
+               file_from(R"({"a":{"shape":[1],"data_offsets":[0,4]}})", four),
+               {"tensor \"a\"", "missing key \"dtype\""}});
+  v.push_back({"unexpected key",
+               file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", four),
+               {"tensor \"a\"", "unexpected key \"x\""}});
+  v.push_back({"duplicate tensor",
+               file_from("{" + ok_a + "," + ok_a + "}", four),
+               {"duplicate key \"a\""}});
+  v.push_back(
+      {"duplicate key in entry",
+       file_from(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four),
+       {"tensor \"a\"", "duplicate key \"dtype\""}});
+  v.push_back({"unsupported dtype I64",
+               file_from(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", eight),
+               {"tensor \"a\"", "dtype \"I64\" is not supported", "F32, F16, BF16 or F64"}});
+  v.push_back({"unsupported dtype U8",
+               file_from(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", four),
+               {"dtype \"U8\" is not supported"}});
+  v.push_back({"unknown dtype",
+               file_from(R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", four),
+               {"unknown dtype \"F33\""}});
+  v.push_back({"dtype not a string",
+               file_from(R"({"a":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", four),
+               {"dtype must be a string", "integer 32"}});
+  v.push_back({"negative extent",
+               file_from(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four),
+               {"tensor \"a\"", "shape [-1]", ">= 0", "integer -1"}});
+  v.push_back({"fractional extent",
+               file_from(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", four),
+               {"shape [1.5]", "number 1.5"}});
+  v.push_back({"shape not an array",
+               file_from(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", four),
+               {"shape must be an array"}});
+  v.push_back({"shape nested",
+               file_from(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", four),
+               {"tensor \"a\"", "nested deeper"}});
+  v.push_back({"deep nesting",
+               file_from(std::string(5000, '[') + std::string(5000, ']'), ""),
+               {"header", "nested deeper"}});
+  v.push_back(
+      {"element count overflows",
+       file_from(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,4]}})",
+                 four),
+       {"tensor \"a\"", "too many elements"}});
+  v.push_back({"offsets mismatch shape",
+               file_from(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four),
+               {"tensor \"a\"", "hold 4 bytes", "F32 x [2] needs 8"}});
+  v.push_back({"offsets mismatch 16-bit",
+               file_from(R"({"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,4]}})", four),
+               {"BF16 x [2, 2] needs 8"}});
+  v.push_back({"offsets not a pair",
+               file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", four),
+               {"data_offsets must be [begin, end]"}});
+  v.push_back({"negative offset",
+               file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", four),
+               {"data_offsets must be [begin, end]"}});
+  v.push_back({"begin after end",
+               file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", four),
+               {"begin > end"}});
+  v.push_back({"out of range",
+               file_from(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four),
+               {"tensor \"a\"", "out of range", "holds 4 bytes"}});
+  v.push_back(
+      {"overlapping",
+       file_from(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+           twelve),
+       {"\"a\" [0, 8)", "\"b\" [4, 12)", "overlap"}});
+  v.push_back(
+      {"gap",
+       file_from(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+           twelve),
+       {"gap", "[4, 8)", "\"b\""}});
+  v.push_back({"gap at the start",
+               file_from(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+               {"gap", "[0, 4)"}});
+  v.push_back({"oversized",
+               file_from("{" + ok_a + "}", four + "junk"),
+               {"oversized", "cover 4 bytes", "holds 8", "4 trailing bytes"}});
+  v.push_back({"metadata not an object",
+               file_from(R"({"__metadata__":[1]})", ""),
+               {"__metadata__ must be an object"}});
+  v.push_back({"metadata value not a string",
+               file_from(R"({"__metadata__":{"k":1}})", ""),
+               {"__metadata__ entry \"k\"", "must be a string"}});
   return v;
 }
 
@@ -343,11 +411,11 @@ TEST(Safetensors, MalformedFilesNameThePath) {
 TEST(Safetensors, ValidEdgeCasesParse) {
   // Zero-size tensors may share an offset; whitespace around the JSON (the
   // writer's padding) is fine; keys may come in any order.
-  const TensorMap m = parse_safetensors(file_from(
-      R"(  {"z":{"shape":[0,3],"dtype":"F16","data_offsets":[0,0]},)"
-      R"("y":{"data_offsets":[0,0],"dtype":"F32","shape":[0]},)"
-      R"("x":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"__metadata__":{}}    )",
-      f32_bytes({2.5f})));
+  const TensorMap m = parse_safetensors(
+      file_from(R"(  {"z":{"shape":[0,3],"dtype":"F16","data_offsets":[0,0]},)"
+                R"("y":{"data_offsets":[0,0],"dtype":"F32","shape":[0]},)"
+                R"("x":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"__metadata__":{}}    )",
+                f32_bytes({2.5f})));
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m.at("z").shape(), (std::vector<std::int64_t>{0, 3}));
   EXPECT_EQ(m.at("z").dtype(), DType::kFloat16);
@@ -373,7 +441,8 @@ TEST(Safetensors, RandomCorruptionNeverCrashes) {
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int f = 0; f < flips; ++f) {
       // 7 in 8 changes fall on the length field or the header.
-      const std::size_t span = rng() % 8 ? std::min<std::size_t>(bytes.size(), 8 + 260) : bytes.size();
+      const std::size_t span =
+          rng() % 8 ? std::min<std::size_t>(bytes.size(), 8 + 260) : bytes.size();
       const std::size_t at = rng() % span;
       switch (rng() % 3) {
         case 0:
@@ -480,8 +549,7 @@ TEST(Safetensors, WriterRejectsWhatTheFormatCannotHold) {
   EXPECT_THROW(serialize_safetensors({}, {{"k", "\xc3"}}), std::invalid_argument);
   // Nothing is created for arguments the writer rejects.
   TempDir dir;
-  EXPECT_THROW(save_safetensors(dir.path() + "/w.safetensors", reserved),
-               std::invalid_argument);
+  EXPECT_THROW(save_safetensors(dir.path() + "/w.safetensors", reserved), std::invalid_argument);
   EXPECT_TRUE(dir.entries().empty());
 }
 

@@ -5,7 +5,6 @@
 #include "posbias/t5.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,8 +34,8 @@ std::string golden_json_path() {
 
 // x-transformers' _relative_position_bucket, transcribed line by line for
 // one value (float32 tensor arithmetic, Python scalars as float32).
-std::int64_t reference_bucket(std::int64_t relative_position, bool causal,
-                              std::int64_t num_buckets, std::int64_t max_distance) {
+std::int64_t reference_bucket(std::int64_t relative_position, bool causal, std::int64_t num_buckets,
+                              std::int64_t max_distance) {
   std::int64_t ret = 0;
   std::int64_t n = -relative_position;
   if (!causal) {
@@ -51,9 +51,9 @@ std::int64_t reference_bucket(std::int64_t relative_position, bool causal,
   const float log_ratio = static_cast<float>(
       std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
   std::int64_t val_if_large =
-      max_exact + static_cast<std::int64_t>(
-                      std::log(static_cast<float>(n) / static_cast<float>(max_exact)) /
-                      log_ratio * static_cast<float>(num_buckets - max_exact));
+      max_exact +
+      static_cast<std::int64_t>(std::log(static_cast<float>(n) / static_cast<float>(max_exact)) /
+                                log_ratio * static_cast<float>(num_buckets - max_exact));
   val_if_large = std::min(val_if_large, num_buckets - 1);
   return ret + val_if_large;
 }
@@ -71,18 +71,17 @@ float round_to(DType dtype, float v) {
 }
 
 // Straight from SPEC.md: q_r = j - i + r, bias = E[bucket(c - q_r)][h] * scale.
-std::vector<float> naive_forward(const RelativePositionBias& m, std::int64_t i,
-                                 std::int64_t j, DType dtype) {
+std::vector<float> naive_forward(const RelativePositionBias& m, std::int64_t i, std::int64_t j,
+                                 DType dtype) {
   const std::vector<float> e = m.embedding().to_float_vector();
   std::vector<float> out;
   for (std::int64_t h = 0; h < m.heads(); ++h) {
     for (std::int64_t r = 0; r < i; ++r) {
       for (std::int64_t c = 0; c < j; ++c) {
         const std::int64_t q = j - i + r;
-        const std::int64_t b = reference_bucket(c - q, m.causal(), m.num_buckets(),
-                                                m.max_distance());
-        out.push_back(round_to(dtype, e[static_cast<std::size_t>(b * m.heads() + h)] *
-                                          m.scale()));
+        const std::int64_t b =
+            reference_bucket(c - q, m.causal(), m.num_buckets(), m.max_distance());
+        out.push_back(round_to(dtype, e[static_cast<std::size_t>(b * m.heads() + h)] * m.scale()));
       }
     }
   }
@@ -113,8 +112,8 @@ const std::vector<Config>& configs() {
 }
 
 std::string describe(const Config& c) {
-  return std::string(c.causal ? "causal" : "two-sided") + " nb" +
-         std::to_string(c.num_buckets) + " md" + std::to_string(c.max_distance);
+  return std::string(c.causal ? "causal" : "two-sided") + " nb" + std::to_string(c.num_buckets) +
+         " md" + std::to_string(c.max_distance);
 }
 
 // ------------------------------------------------------------------ buckets
@@ -215,8 +214,9 @@ TEST(T5Bucket, BadArgumentsNameTheValues) {
             std::string::npos);
   EXPECT_NE(message([] { t5_relative_position_bucket(0, false, 3, 10); }).find(">= 4"),
             std::string::npos);
-  EXPECT_NE(message([] { t5_relative_position_bucket(0, false, 32, 8); })
-                .find("max_distance must be > max_exact = 8"),
+  EXPECT_NE(message([] {
+              t5_relative_position_bucket(0, false, 32, 8);
+            }).find("max_distance must be > max_exact = 8"),
             std::string::npos);
   EXPECT_NE(message([] { t5_relative_position_bucket(0, true, 32, 16); }).find("got 16"),
             std::string::npos);
@@ -232,19 +232,29 @@ TEST(RelativePositionBias, ForwardMatchesNaiveReferenceBitwise) {
   for (const Config& c : configs()) {
     for (std::int64_t heads : {1, 3, 8}) {
       const RelativePositionBias m(0.125f * static_cast<float>(heads), c.causal, c.num_buckets,
-                                   c.max_distance, heads, /*seed=*/static_cast<std::uint64_t>(heads));
+                                   c.max_distance, heads,
+                                   /*seed=*/static_cast<std::uint64_t>(heads));
       for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-        for (auto [i, j] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-                 {0, 0}, {0, 5}, {5, 0}, {1, 1}, {1, 9}, {1, 300}, {4, 4}, {7, 3},
-                 {3, 70}, {33, 33}, {16, 129}, {50, 10}, {130, 131}}) {
+        for (auto [i, j] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 0},
+                                                                              {0, 5},
+                                                                              {5, 0},
+                                                                              {1, 1},
+                                                                              {1, 9},
+                                                                              {1, 300},
+                                                                              {4, 4},
+                                                                              {7, 3},
+                                                                              {3, 70},
+                                                                              {33, 33},
+                                                                              {16, 129},
+                                                                              {50, 10},
+                                                                              {130, 131}}) {
           const Tensor t = m.forward(i, j, dtype);
           ASSERT_EQ(t.shape(), (std::vector<std::int64_t>{heads, i, j}));
           ASSERT_EQ(t.dtype(), dtype);
           ASSERT_TRUE(t.is_contiguous());
           expect_bits_equal(t.to_float_vector(), naive_forward(m, i, j, dtype),
-                            describe(c) + " h" + std::to_string(heads) + " " +
-                                dtype_name(dtype) + " i" + std::to_string(i) + " j" +
-                                std::to_string(j));
+                            describe(c) + " h" + std::to_string(heads) + " " + dtype_name(dtype) +
+                                " i" + std::to_string(i) + " j" + std::to_string(j));
           ++checked;
         }
       }
@@ -277,8 +287,7 @@ TEST(RelativePositionBias, DistanceTableAgreesWithForward) {
               const std::int64_t q = j - i + r;
               ASSERT_EQ(float_bits(bias.at({h, r, col})),
                         float_bits(table.at({h, (q - col) + (j - 1)})))
-                  << describe(c) << " j" << j << " i" << i << " h" << h << " r" << r
-                  << " c" << col;
+                  << describe(c) << " j" << j << " i" << i << " h" << h << " r" << r << " c" << col;
             }
           }
         }
@@ -355,7 +364,8 @@ TEST(RelativePositionBias, StateDictRoundTripAndStrictLoad) {
                     "loaded");
 
   // 16-bit weights load, converted exactly.
-  TensorMap half = {{"relative_attention_bias.weight", Tensor::full({16, 4}, 0.5f, DType::kBFloat16)}};
+  TensorMap half = {
+      {"relative_attention_bias.weight", Tensor::full({16, 4}, 0.5f, DType::kBFloat16)}};
   n.load_state_dict(half);
   EXPECT_EQ(n.embedding().dtype(), DType::kFloat32);
   EXPECT_EQ(n.forward(1, 1).at({3, 0, 0}), 1.0f);
@@ -413,24 +423,27 @@ TEST(RelativePositionBias, BadArgumentsThrowWithValues) {
     }
     return std::string("no exception");
   };
-  EXPECT_NE(message([] { RelativePositionBias(1.0f, false, 32, 128, 0); }).find("heads must be >= 1, got 0"),
+  EXPECT_NE(message([] {
+              RelativePositionBias(1.0f, false, 32, 128, 0);
+            }).find("heads must be >= 1, got 0"),
             std::string::npos);
-  EXPECT_NE(message([] { RelativePositionBias(1.0f, true, 1, 128, 8); }).find("num_buckets must be >= 2"),
-            std::string::npos);
+  EXPECT_NE(
+      message([] { RelativePositionBias(1.0f, true, 1, 128, 8); }).find("num_buckets must be >= 2"),
+      std::string::npos);
   EXPECT_NE(message([] { RelativePositionBias(1.0f, false, 2, 128, 8); }).find("got 2"),
             std::string::npos);
   EXPECT_NE(message([] { RelativePositionBias(1.0f, true, 32, 16, 8); }).find("got 16"),
             std::string::npos);
-  EXPECT_NE(message([] { RelativePositionBias(std::nanf(""), false, 32, 128, 8); })
-                .find("scale must be finite, got nan"),
+  EXPECT_NE(message([] {
+              RelativePositionBias(std::nanf(""), false, 32, 128, 8);
+            }).find("scale must be finite, got nan"),
             std::string::npos);
   EXPECT_NE(message([] { RelativePositionBias(INFINITY, false, 32, 128, 8); }).find("inf"),
             std::string::npos);
   const RelativePositionBias m(1.0f);
   EXPECT_NE(message([&] { m.forward(-1, 4); }).find("i = -1, j = 4"), std::string::npos);
   EXPECT_NE(message([&] { m.forward(4, -2); }).find("j = -2"), std::string::npos);
-  EXPECT_NE(message([&] { m.distance_table(0); }).find("j must be >= 1, got 0"),
-            std::string::npos);
+  EXPECT_NE(message([&] { m.distance_table(0); }).find("j must be >= 1, got 0"), std::string::npos);
   // Too large to allocate: refused before allocating, with the shape.
   EXPECT_THROW(m.forward(std::int64_t{1} << 40, std::int64_t{1} << 40), std::length_error);
   EXPECT_THROW(m.distance_table(std::int64_t{1} << 61), std::length_error);
