@@ -305,7 +305,8 @@ std::string check_alibi_bias(const json& c, const CheckContext&) {
     // mistake (null means the default), so it must not pass by accident.
     throw MalformedCase("field 'slopes' is an empty list (null means the default)");
   }
-  const AlibiBias builder(n_heads, causal, slopes.value_or(std::vector<float>{}));
+  const AlibiBias builder =
+      slopes ? AlibiBias(n_heads, causal, *slopes) : AlibiBias(n_heads, causal);
   return compare_tensor(builder.build(q_len, k_len), want);
 }
 

@@ -29,7 +29,12 @@ void add_format_option(CLI::App& sub, std::string& format) {
 }
 
 void print_tensor(std::ostream& out, const Tensor& t, const std::string& format) {
-  out << (format == "json" ? to_json(t) : format_tensor(t)) << '\n';
+  if (format == "json") {
+    write_json(out, t);
+  } else {
+    out << format_tensor(t);
+  }
+  out << '\n';
 }
 
 // The number after an optional sign, whole string; nullopt if it is not one.
@@ -231,7 +236,9 @@ Command add_alibi_bias_command(CLI::App& app) {
   return {sub, [args](std::ostream& out) {
             check_slopes_given(args->slopes_option, args->slopes);
             const DType dtype = parse_dtype(args->dtype);
-            const AlibiBias builder(args->heads, args->causal, args->slopes);
+            const AlibiBias builder = args->slopes_option->count() > 0
+                                          ? AlibiBias(args->heads, args->causal, args->slopes)
+                                          : AlibiBias(args->heads, args->causal);
             print_tensor(out, builder.build(args->q_len, args->k_len, dtype), args->format);
             return 0;
           }};

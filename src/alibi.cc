@@ -280,12 +280,13 @@ std::vector<float> AlibiBias::default_slopes(std::int64_t n_heads) {
   return out;
 }
 
+AlibiBias::AlibiBias(std::int64_t n_heads, bool causal)
+    : AlibiBias(n_heads, causal, default_slopes(n_heads)) {}
+
 AlibiBias::AlibiBias(std::int64_t n_heads, bool causal, std::vector<float> slopes)
     : n_heads_(n_heads), causal_(causal), slopes_(std::move(slopes)) {
   detail::check_at_least("AlibiBias: n_heads", n_heads_, 1);
-  if (slopes_.empty()) {
-    slopes_ = default_slopes(n_heads_);
-  } else if (static_cast<std::int64_t>(slopes_.size()) != n_heads_) {
+  if (static_cast<std::int64_t>(slopes_.size()) != n_heads_) {
     throw std::invalid_argument("AlibiBias: slopes must have n_heads = " +
                                 std::to_string(n_heads_) + " entries, got " +
                                 std::to_string(slopes_.size()));

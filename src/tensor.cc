@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ostream>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -270,25 +272,39 @@ std::string format_float_roundtrip(float value) {
   return std::string(buf, res.ptr);
 }
 
-std::string to_json(const Tensor& t) {
-  std::string s = "{\"shape\": [";
+void write_json(std::ostream& out, const Tensor& t) {
+  out << "{\"shape\": [";
   for (std::size_t d = 0; d < t.shape().size(); ++d) {
-    if (d) s += ", ";
-    s += std::to_string(t.shape()[d]);
+    if (d) out << ", ";
+    out << t.shape()[d];
   }
-  s += "], \"data\": [";
-  bool first = true;
-  for (float v : t.to_float_vector()) {
-    if (!first) s += ", ";
-    first = false;
+  out << "], \"data\": [";
+  // Row by row through a small buffer: no copy of the whole tensor.
+  const std::int64_t n = t.numel();
+  const std::int64_t row = t.dim() > 0 ? std::max<std::int64_t>(t.shape().back(), 1) : 1;
+  std::string buf;
+  std::int64_t k = 0;
+  const void* base = t.raw_data();
+  for_each_index(t.shape(), t.strides(), 0, [&](std::int64_t pos) {
+    const float v = load_as_float(base, t.dtype(), pos);
+    if (k++ > 0) buf += ", ";
     if (std::isfinite(v)) {
-      s += format_float_roundtrip(v);
+      buf += format_float_roundtrip(v);
     } else {
-      s += "\"" + format_float_roundtrip(v) + "\"";
+      buf += "\"" + format_float_roundtrip(v) + "\"";
     }
-  }
-  s += "]}";
-  return s;
+    if (k % row == 0 || k == n) {
+      out << buf;
+      buf.clear();
+    }
+  });
+  out << "]}";
+}
+
+std::string to_json(const Tensor& t) {
+  std::ostringstream s;
+  write_json(s, t);
+  return s.str();
 }
 
 namespace {

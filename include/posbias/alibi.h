@@ -163,10 +163,12 @@ class AlibiPositionalBias {
 /// Thread-safe like AlibiPositionalBias.
 class AlibiBias {
  public:
-  /// n_heads >= 1; `slopes` empty means the default, else exactly n_heads
-  /// finite values.
-  explicit AlibiBias(std::int64_t n_heads, bool causal = true,
-                     std::vector<float> slopes = {});
+  /// n_heads >= 1 heads with the seed's default slopes.
+  explicit AlibiBias(std::int64_t n_heads, bool causal = true);
+
+  /// Custom slopes: exactly n_heads finite values (an empty list is an
+  /// error, not the default).
+  AlibiBias(std::int64_t n_heads, bool causal, std::vector<float> slopes);
 
   /// The bias [1, n_heads, q_len, k_len]; q_len, k_len >= 0.
   Tensor build(std::int64_t q_len, std::int64_t k_len,

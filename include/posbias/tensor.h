@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +114,10 @@ std::string format_float_roundtrip(float value);
 /// format_float_roundtrip (non-finite values as the strings "inf", "-inf",
 /// "nan", since JSON has no literal for them).
 std::string to_json(const Tensor& t);
+
+/// The same text as to_json, written to `out` as it is produced (no string of
+/// the whole tensor is built: use it for large tensors).
+void write_json(std::ostream& out, const Tensor& t);
 
 }  // namespace posbias
 

@@ -273,6 +273,9 @@ TEST(AlibiBiasBuilder, BadArguments) {
                                            "n_heads = 3");
   expect_throw_with<std::invalid_argument>([] { AlibiBias a(1, true, {NAN}); },
                                            "not finite");
+  // An explicit empty list is an error, not the default schedule.
+  expect_throw_with<std::invalid_argument>(
+      [] { AlibiBias a(2, true, std::vector<float>{}); }, "n_heads = 2 entries, got 0");
   AlibiBias a(2);
   expect_throw_with<std::invalid_argument>([&] { a.build(-1, 2); }, "i = -1");
 }
