@@ -29,6 +29,22 @@ void FillRange(float* HWY_RESTRICT dst, std::size_t count, bool stream) {
   for (; k < count; ++k) dst[k] = -1.0f;
 }
 
+float SumRange(const float* HWY_RESTRICT src, std::size_t count) {
+  const hn::ScalableTag<float> df;
+  const std::size_t n = hn::Lanes(df);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  std::size_t k = 0;
+  for (; k + 4 * n <= count; k += 4 * n) {
+    a0 = hn::Add(a0, hn::LoadU(df, src + k));
+    a1 = hn::Add(a1, hn::LoadU(df, src + k + n));
+    a2 = hn::Add(a2, hn::LoadU(df, src + k + 2 * n));
+    a3 = hn::Add(a3, hn::LoadU(df, src + k + 3 * n));
+  }
+  float total = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; k < count; ++k) total += src[k];
+  return total;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posbias::bench
 HWY_AFTER_NAMESPACE();
@@ -42,6 +58,7 @@ HWY_AFTER_NAMESPACE();
 namespace posbias::bench {
 
 HWY_EXPORT(FillRange);
+HWY_EXPORT(SumRange);
 
 namespace {
 void fill(void* dst, std::size_t bytes, bool stream) {
@@ -61,6 +78,21 @@ void fill(void* dst, std::size_t bytes, bool stream) {
 }  // namespace
 
 void stream_fill(void* dst, std::size_t bytes) { fill(dst, bytes, true); }
+
+float stream_read(const void* src, std::size_t bytes) {
+  const auto* f = static_cast<const float*>(src);
+  const std::size_t count = bytes / sizeof(float);
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t begin = count * t / nt / 16 * 16;
+    const std::size_t end = t + 1 == nt ? count : count * (t + 1) / nt / 16 * 16;
+    total += HWY_DYNAMIC_DISPATCH(SumRange)(f + begin, end - begin);
+  }
+  return total;
+}
 void store_fill(void* dst, std::size_t bytes) { fill(dst, bytes, false); }
 
 double median(std::vector<double> values) {

@@ -15,6 +15,11 @@ namespace posbias::bench {
 // bandwidth probe that a materialised bias is judged against.
 void stream_fill(void* dst, std::size_t bytes);
 
+// Reads `bytes` bytes at src (64-byte aligned) with vector loads, threaded:
+// the memory-read bandwidth probe for passes that consume a large tensor.
+// Returns a value derived from the data so the reads cannot be elided.
+float stream_read(const void* src, std::size_t bytes);
+
 // The same with ordinary stores (what a fill of cache-resident data costs).
 void store_fill(void* dst, std::size_t bytes);
 

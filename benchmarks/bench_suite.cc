@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -11,6 +12,7 @@
 
 #include "baselines.h"
 #include "posbias/alibi.h"
+#include "posbias/dpb.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
 
@@ -33,35 +35,51 @@ double gbps(std::size_t bytes, double ms) {
   return ms > 0 ? static_cast<double>(bytes) / ms / 1e6 : 0.0;
 }
 
-// Runs the PyTorch peer script if /usr/bin/python3 (or $POSBIAS_PEER_PYTHON)
-// has torch; returns its median in ms, or a negative value with `why` set.
-double pytorch_peer_ms(std::int64_t heads, std::int64_t n, int reps, const std::string& dtype,
-                       std::string* why) {
+// Runs a PyTorch peer script of benchmarks/ with /usr/bin/python3 (or
+// $POSBIAS_PEER_PYTHON); returns its JSON line, or "" with `why` set when
+// Python or torch is missing (the peer is optional: torch is not a build
+// dependency).
+std::string run_peer(const std::string& script_and_args, std::string* why) {
 #ifdef POSBIAS_BENCH_DIR
   const char* env = std::getenv("POSBIAS_PEER_PYTHON");
   const std::string python = env ? env : "/usr/bin/python3";
-  const std::string cmd = python + " " + POSBIAS_BENCH_DIR + "/peer_alibi.py --heads " +
-                          std::to_string(heads) + " -n " + std::to_string(n) + " --reps " +
-                          std::to_string(reps) + " --dtype " + dtype + " 2>/dev/null";
+  const std::string cmd =
+      python + " " + POSBIAS_BENCH_DIR + "/" + script_and_args + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   if (!pipe) {
     *why = "could not start " + python;
-    return -1;
+    return "";
   }
   std::string text;
   char buf[512];
   while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) text += buf;
-  const auto at = text.find("\"median_ms\": ");
-  if (at == std::string::npos) {
+  if (text.find('{') == std::string::npos) {
     *why = "PyTorch peer unavailable (" + python + " without torch?)";
-    return -1;
+    return "";
   }
-  return std::strtod(text.c_str() + at + 13, nullptr);
+  return text;
 #else
-  (void)heads, (void)n, (void)reps, (void)dtype;
-  *why = "PyTorch peer script not found in this installation";
-  return -1;
+  (void)script_and_args;
+  *why = "PyTorch peer scripts not found in this installation";
+  return "";
 #endif
+}
+
+// The number after "key": in a peer's JSON line, or -1.
+double json_field(const std::string& text, const std::string& key) {
+  const std::string k = "\"" + key + "\": ";
+  const auto at = text.find(k);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + k.size(), nullptr);
+}
+
+double pytorch_peer_ms(std::int64_t heads, std::int64_t n, int reps, const std::string& dtype,
+                       std::string* why) {
+  const std::string text =
+      run_peer("peer_alibi.py --heads " + std::to_string(heads) + " -n " + std::to_string(n) +
+                   " --reps " + std::to_string(reps) + " --dtype " + dtype,
+               why);
+  return text.empty() ? -1 : json_field(text, "median_ms");
 }
 
 // Materialising into a pre-faulted buffer: the kernel itself, against a
@@ -157,6 +175,119 @@ std::vector<CaseResult> alibi_suite(const BenchOptions& o) {
   return out;
 }
 
+// The naive path of the DPB table: the MLP evaluated one distance at a
+// time with plain loops (what a straightforward port does).
+void naive_dpb_table(const DynamicPositionBias& m, std::int64_t j, std::vector<float>& out) {
+  const std::int64_t dim = m.dim(), heads = m.heads();
+  const float* w0 = m.parameter("mlp.0.weight").data<float>();
+  const float* b0 = m.parameter("mlp.0.bias").data<float>();
+  const float* w2 = m.parameter("mlp.2.weight").data<float>();
+  const float* b2 = m.parameter("mlp.2.bias").data<float>();
+  const float* w4 = m.parameter("mlp.4.weight").data<float>();
+  const float* b4 = m.parameter("mlp.4.bias").data<float>();
+  std::vector<float> h1(static_cast<std::size_t>(dim)), h2(static_cast<std::size_t>(dim));
+  auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  out.resize(static_cast<std::size_t>(heads * j));
+  for (std::int64_t d = 0; d < j; ++d) {
+    const auto x = static_cast<float>(d);
+    for (std::int64_t u = 0; u < dim; ++u) h1[u] = silu(w0[u] * x + b0[u]);
+    for (std::int64_t u = 0; u < dim; ++u) {
+      float acc = b2[u];
+      for (std::int64_t v = 0; v < dim; ++v) acc += w2[u * dim + v] * h1[v];
+      h2[u] = silu(acc);
+    }
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float acc = b4[h];
+      for (std::int64_t v = 0; v < dim; ++v) acc += w4[h * dim + v] * h2[v];
+      out[static_cast<std::size_t>(h * j + d)] = acc;
+    }
+  }
+}
+
+std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
+  const std::int64_t dim = 64, heads = 8;
+  const std::int64_t n = o.quick ? 1024 : 4096;
+  const std::int64_t nb = o.quick ? 512 : 2048;
+  const DynamicPositionBias module(dim, heads, /*seed=*/0);
+  std::string why;
+  std::string peer;
+  if (!o.quick) {
+    peer = run_peer("peer_dpb.py --dim 64 --heads 8 -n " + std::to_string(n) +
+                        " --backward-n " + std::to_string(nb) + " --reps " +
+                        std::to_string(std::max(3, o.repetitions / 3)),
+                    &why);
+  }
+  auto add_peer = [&](CaseResult& r, const char* field) {
+    const double ms = peer.empty() ? -1 : json_field(peer, field);
+    if (ms > 0) {
+      r.baselines["pytorch"] = ms;
+      r.extra["speedup_vs_pytorch"] = ms / r.median_ms;
+    } else if (!o.quick) {
+      r.note += "; " + why;
+    }
+  };
+  std::vector<CaseResult> out;
+  const std::string tag = "_d64_h8_n";
+  {
+    // Forward: the MLP on n distances plus the gather of heads*n*n values
+    // into a pre-faulted buffer, against a streaming fill of the same bytes.
+    Tensor buf = Tensor::empty({heads, n, n}, DType::kFloat32);
+    const std::size_t bytes = static_cast<std::size_t>(buf.numel()) * sizeof(float);
+    stream_fill(buf.raw_mutable_data(), bytes);
+    void* dst = buf.raw_mutable_data();
+    const auto t = time_interleaved({[&] { module.forward_into(n, n, DType::kFloat32, dst); },
+                                     [&] { stream_fill(dst, bytes); }},
+                                    o.warmup, o.repetitions);
+    CaseResult r;
+    r.name = "dpb_forward" + tag + std::to_string(n);
+    r.median_ms = median(t[0]);
+    r.baselines["fill"] = median(t[1]);
+    r.extra["fraction_of_fill"] = r.baselines["fill"] / r.median_ms;
+    r.extra["gbps"] = gbps(bytes, r.median_ms);
+    r.note = "forward_into a pre-faulted buffer; fill = streaming stores of the same bytes";
+    add_peer(r, "forward_ms");
+    out.push_back(r);
+  }
+  {
+    std::vector<float> naive;
+    const auto t = time_interleaved({[&] { Tensor tb = module.table(n); },
+                                     [&] { naive_dpb_table(module, n, naive); }},
+                                    o.warmup, o.repetitions);
+    CaseResult r;
+    r.name = "dpb_table" + tag + std::to_string(n);
+    r.median_ms = median(t[0]);
+    r.baselines["naive"] = median(t[1]);
+    r.extra["speedup_vs_naive"] = r.baselines["naive"] / r.median_ms;
+    r.note = "the MLP on n distances; naive = scalar loops, one distance at a time";
+    add_peer(r, "table_ms");
+    out.push_back(r);
+  }
+  {
+    // Backward: reduce a [heads, nb, nb] gradient onto the table, then the
+    // MLP backward; against a read of the gradient's bytes.
+    Tensor grad = Tensor::empty({heads, nb, nb}, DType::kFloat32);
+    float* g = grad.mutable_data<float>();
+    for (std::int64_t k = 0; k < grad.numel(); ++k) {
+      g[k] = static_cast<float>((k * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    }
+    const std::size_t bytes = static_cast<std::size_t>(grad.numel()) * sizeof(float);
+    volatile float sink = 0;
+    const auto t = time_interleaved(
+        {[&] { TensorMap gr = module.backward(nb, nb, grad); },
+         [&] { sink = sink + stream_read(grad.raw_data(), bytes); }},
+        o.warmup, o.repetitions);
+    CaseResult r;
+    r.name = "dpb_backward" + tag + std::to_string(nb);
+    r.median_ms = median(t[0]);
+    r.baselines["read"] = median(t[1]);
+    r.extra["fraction_of_read"] = r.baselines["read"] / r.median_ms;
+    r.note = "parameter gradients from a [heads, n, n] bias gradient; read = one pass over it";
+    add_peer(r, "backward_ms");
+    out.push_back(r);
+  }
+  return out;
+}
+
 std::string json_number(double v) {
   std::ostringstream s;
   s << std::setprecision(6) << v;
@@ -198,7 +329,7 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
 
 }  // namespace
 
-std::vector<std::string> suite_names() { return {"alibi"}; }
+std::vector<std::string> suite_names() { return {"alibi", "dpb"}; }
 
 std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& options,
                                   std::ostream& out) {
@@ -210,6 +341,8 @@ std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& 
   std::vector<CaseResult> results;
   if (suite == "alibi") {
     results = alibi_suite(options);
+  } else if (suite == "dpb") {
+    results = dpb_suite(options);
   } else {
     std::string names;
     for (const auto& n : suite_names()) names += (names.empty() ? "" : ", ") + n;

@@ -1,5 +1,6 @@
-// posbias: positional biases for attention (ALiBi, and more to come), exact
-// against the PyTorch references and written at memory speed.
+// posbias: positional biases for attention (ALiBi, Dynamic Position Bias,
+// T5 relative buckets), exact against the PyTorch references and written at
+// memory speed.
 //
 //   #include <posbias/posbias.h>
 //
@@ -13,8 +14,11 @@
 #define POSBIAS_POSBIAS_H_
 
 #include "posbias/alibi.h"
+#include "posbias/dpb.h"
 #include "posbias/dtype.h"
+#include "posbias/safetensors.h"
 #include "posbias/slopes.h"
+#include "posbias/t5.h"
 #include "posbias/tensor.h"
 #include "posbias/version.h"
 
