@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include <unistd.h>
 
@@ -811,6 +812,33 @@ TEST(DpbBackward, LargeCallMatchesReferenceAndTablePath) {
     const TensorMap again = m.backward(i, j, gt);
     for (const std::string& name : m.parameter_names()) {
       EXPECT_EQ(again.at(name).to_float_vector(), got.at(name).to_float_vector()) << name;
+    }
+  }
+}
+
+// The header promises gradients (and forward values) that do not depend on
+// the number of threads: fixed blocks, summed in a fixed order.
+TEST(DpbBackward, ResultsDoNotDependOnTheThreadCount) {
+  const int saved = omp_get_max_threads();
+  for (const DpbOptions& o : {DpbOptions{64, 8}, xt_options(48, 3, 2, true, true)}) {
+    DynamicPositionBias m(o, 12);
+    const std::int64_t i = 700, j = 900;
+    const Tensor g =
+        Tensor::from_vector({o.heads, i, j}, random_floats(static_cast<std::size_t>(o.heads * i * j), 3));
+    std::vector<TensorMap> grads;
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2, 3, 5}) {
+      omp_set_num_threads(threads);
+      grads.push_back(m.backward(i, j, g));
+      outs.push_back(m.forward(i, j).to_float_vector());
+    }
+    omp_set_num_threads(saved);
+    for (std::size_t k = 1; k < grads.size(); ++k) {
+      EXPECT_EQ(outs[k], outs[0]) << describe(o) << " run " << k;
+      for (const std::string& name : m.parameter_names()) {
+        EXPECT_EQ(grads[k].at(name).to_float_vector(), grads[0].at(name).to_float_vector())
+            << describe(o) << " " << name << " run " << k;
+      }
     }
   }
 }
