@@ -5,14 +5,22 @@
 // Every case has a `kind`. A table in golden_check.cc maps each kind to the
 // function that checks it; kinds the format defines but this build does not
 // compute yet, and kinds nobody knows, are counted as skipped, never passed.
-// Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|.
+// Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|;
+// T5 buckets exactly.
+//
+// DynamicPositionBias cases: a zeta case's `params` are loaded by state-dict
+// name, an x-transformers case's `layers` (linear, [layernorm,] silu per
+// block, then linear) become mlp.<b>.0, mlp.<b>.1 and mlp.<depth> as in
+// x-transformers' state dict; every call is checked in order, and `grad`
+// (required for zeta, checked for any case that has one) with
+// DynamicPositionBias::backward against every parameter's gradient.
 //
 //   posbias::cli::GoldenReport report =
 //       posbias::cli::check_golden_file("tests/data/golden/golden.json");
 //   for (const auto& c : report.cases) {
 //     if (c.status == posbias::cli::CaseStatus::kFailed) std::cout << c.message;
 //   }
-//   std::cout << report.summary() << "\n";  // "45 passed, 0 failed, 15 skipped"
+//   std::cout << report.summary() << "\n";  // "53 passed, 0 failed, 7 skipped"
 //
 // Used by `posbias check-golden` and by the tests in tests/cli/.
 #ifndef POSBIAS_CLI_GOLDEN_CHECK_H_

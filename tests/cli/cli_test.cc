@@ -335,8 +335,19 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "FAIL case 10 (alibi_slopes): posbias refused the case: heads must be >= 1, got 0",
       "FAIL case 11 (no kind): malformed case: a case must be an object, got number 42",
       "FAIL case 12 (no kind): malformed case: missing field 'kind'",
-      "skip 1 case of kind 't5_bucket' (not checked by this build yet)",
-      "2 passed, 9 failed, 2 skipped",
+      "FAIL case 14 (dynamic_position_bias): call 0 (i = 2, j = 3): element [0, 1, 1] (flat 4): "
+      "got 0.493492, expected 0.5",
+      "FAIL case 15 (dynamic_position_bias): grad (i = 1, j = 2) of 'mlp.2.bias': element [0] "
+      "(flat 0): got 1.3354039, expected 1.3",
+      "FAIL case 16 (dynamic_position_bias): call 0 (i = 1, j = 3): element [0, 0, 1] (flat 1): "
+      "got 0.7310586, expected 0.75",
+      "FAIL case 18 (t5_bucket): rel 3 (index 1): got bucket 0, expected 3",
+      "FAIL case 19 (dynamic_position_bias_file): error: cannot open safetensors file '" +
+          std::string(POSBIAS_CLI_TEST_DATA) + "/missing.safetensors': No such file or directory",
+      "FAIL case 20 (dynamic_position_bias): malformed case: layers[0]: expected a 'linear' "
+      "layer, got 'silu'",
+      "skip 1 case of kind 'attention' (not checked by this build yet)",
+      "4 passed, 15 failed, 2 skipped",
   };
   EXPECT_EQ(lines_of(run.out), expected) << run.out;
 }
