@@ -56,7 +56,8 @@ void check_options(const DpbOptions& o) {
   detail::check_at_least("DynamicPositionBias: depth", o.depth, 1);
   if (o.variant == DpbVariant::kZeta && (o.depth != 2 || o.log_distance || o.norm)) {
     std::ostringstream msg;
-    msg << "DynamicPositionBias: the zeta variant has depth 2, no log_distance and no norm; got depth = "
+    msg << "DynamicPositionBias: the zeta variant has depth 2, no log_distance and no norm; got "
+           "depth = "
         << o.depth << ", log_distance = " << o.log_distance << ", norm = " << o.norm
         << " (use DpbVariant::kXTransformers)";
     throw std::invalid_argument(msg.str());
@@ -147,8 +148,7 @@ float mlp_input(const DpbOptions& o, std::int64_t s) {
 
 // ------------------------------------------------------------ construction
 
-DynamicPositionBias::DynamicPositionBias(std::int64_t dim, std::int64_t heads,
-                                         std::uint64_t seed)
+DynamicPositionBias::DynamicPositionBias(std::int64_t dim, std::int64_t heads, std::uint64_t seed)
     : DynamicPositionBias(
           [&] {
             DpbOptions o;
@@ -298,8 +298,7 @@ TensorMap make_grads(const DpbOptions& o, detail::DpbMlpGrads& view) {
 
 // Parameter gradients of sum_{h,k} g[h][k] * MLP(x(s0 + k * step))[h].
 TensorMap mlp_backward(const DpbOptions& o, const detail::DpbMlp& m, std::int64_t s0,
-                       std::int64_t step, std::int64_t n, const float* g,
-                       std::int64_t g_stride) {
+                       std::int64_t step, std::int64_t n, const float* g, std::int64_t g_stride) {
   detail::DpbMlpGrads view;
   TensorMap grads = make_grads(o, view);
   if (n == 0) return grads;
@@ -341,8 +340,8 @@ void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dty
   if (dtype != DType::kFloat32) {
     table16.resize(table.size());
     for (std::size_t k = 0; k < table.size(); ++k) {
-      table16[k] = dtype == DType::kBFloat16 ? to_bfloat16(table[k]).bits
-                                             : to_float16(table[k]).bits;
+      table16[k] =
+          dtype == DType::kBFloat16 ? to_bfloat16(table[k]).bits : to_float16(table[k]).bits;
     }
     src = table16.data();
   }

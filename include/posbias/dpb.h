@@ -58,8 +58,8 @@
 namespace posbias {
 
 enum class DpbVariant : std::uint8_t {
-  kZeta = 0,            // Linear(1,dim) SiLU Linear(dim,dim) SiLU Linear(dim,heads)
-  kXTransformers = 1,   // depth x (Linear [LayerNorm] SiLU), Linear(dim,heads)
+  kZeta = 0,           // Linear(1,dim) SiLU Linear(dim,dim) SiLU Linear(dim,heads)
+  kXTransformers = 1,  // depth x (Linear [LayerNorm] SiLU), Linear(dim,heads)
 };
 
 struct DpbOptions {

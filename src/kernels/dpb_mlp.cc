@@ -14,17 +14,16 @@
 // (again GEMMs, with the block's rows as the reduction dimension).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/dpb_mlp.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include "kernels/dpb_mlp.h"
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
-
-#include "kernels/dpb_mlp.h"
 
 // Shared by every per-target copy of this file (compiled once).
 #ifndef POSBIAS_SRC_KERNELS_DPB_MLP_SHARED_
@@ -46,9 +45,7 @@ struct FlatLayout {
 inline std::int64_t out_features(const DpbMlp& m, std::int64_t l) {
   return l < m.depth ? m.dim : m.heads;
 }
-inline std::int64_t in_features(const DpbMlp& m, std::int64_t l) {
-  return l == 0 ? 1 : m.dim;
-}
+inline std::int64_t in_features(const DpbMlp& m, std::int64_t l) { return l == 0 ? 1 : m.dim; }
 
 inline FlatLayout flat_layout(const DpbMlp& m) {
   FlatLayout f;
@@ -214,9 +211,8 @@ HWY_INLINE void Tile4(DF d, const float* HWY_RESTRICT a, std::int64_t sar, std::
 // One row of the same: the same operations in the same order as each row of
 // Tile4, so a value never depends on which tile its row fell into.
 HWY_INLINE void Tile1(DF d, const float* HWY_RESTRICT a, std::int64_t sak, std::int64_t kk,
-                      const float* HWY_RESTRICT b, std::int64_t ldb,
-                      const float* HWY_RESTRICT bias, Init init, float* HWY_RESTRICT c,
-                      std::int64_t col) {
+                      const float* HWY_RESTRICT b, std::int64_t ldb, const float* HWY_RESTRICT bias,
+                      Init init, float* HWY_RESTRICT c, std::int64_t col) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
   VF c0 = InitVec(d, init, bias ? bias + col : nullptr, c + col);
   VF c1 = InitVec(d, init, bias ? bias + col + n : nullptr, c + col + n);
@@ -235,9 +231,9 @@ HWY_INLINE void Tile1(DF d, const float* HWY_RESTRICT a, std::int64_t sak, std::
 // where A(r, k) = a[r * sar + k * sak] (strides let one routine take A or
 // A^T), B rows are ldb apart, init is bias[c], zero or C's own value. cols,
 // ldb and ldc are multiples of two vectors; B, C and bias vector-aligned.
-void Gemm(const float* a, std::int64_t sar, std::int64_t sak, std::int64_t rows,
-          std::int64_t kk, const float* b, std::int64_t ldb, const float* bias, Init init,
-          float* c, std::int64_t ldc, std::int64_t cols) {
+void Gemm(const float* a, std::int64_t sar, std::int64_t sak, std::int64_t rows, std::int64_t kk,
+          const float* b, std::int64_t ldb, const float* bias, Init init, float* c,
+          std::int64_t ldc, std::int64_t cols) {
   const DF d;
   const std::int64_t pair = 2 * static_cast<std::int64_t>(hn::Lanes(d));
   for (std::int64_t col = 0; col < cols; col += pair) {
@@ -315,10 +311,9 @@ HWY_INLINE float SumLanes(DF d, VF v) { return hn::GetLane(hn::SumOfLanes(d, v))
 // backward pass. Mean and biased variance over the dim real columns (the
 // padding columns of z are zero and masked out of the variance), in float,
 // like PyTorch; the padding columns of u and zhat stay zero.
-HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zhat,
-                             float* rstd_out, const float* HWY_RESTRICT gamma,
-                             const float* HWY_RESTRICT beta, std::int64_t dim,
-                             std::int64_t ld, float eps) {
+HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zhat, float* rstd_out,
+                             const float* HWY_RESTRICT gamma, const float* HWY_RESTRICT beta,
+                             std::int64_t dim, std::int64_t ld, float eps) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
   VF sum = hn::Zero(d);
   for (std::int64_t c = 0; c < ld; c += n) sum = hn::Add(sum, hn::Load(d, z + c));
@@ -327,7 +322,9 @@ HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zh
   VF sq = hn::Zero(d);
   for (std::int64_t c = 0; c < ld; c += n) {
     VF dev = hn::Sub(hn::Load(d, z + c), vmean);
-    if (c + n > dim) dev = hn::IfThenElseZero(hn::FirstN(d, static_cast<std::size_t>(std::max<std::int64_t>(dim - c, 0))), dev);
+    if (c + n > dim)
+      dev = hn::IfThenElseZero(
+          hn::FirstN(d, static_cast<std::size_t>(std::max<std::int64_t>(dim - c, 0))), dev);
     sq = hn::MulAdd(dev, dev, sq);
   }
   const float var = SumLanes(d, sq) * inv_dim;
@@ -336,15 +333,16 @@ HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zh
   const VF vrstd = hn::Set(d, rstd);
   for (std::int64_t c = 0; c < ld; c += n) {
     VF zh = hn::Mul(hn::Sub(hn::Load(d, z + c), vmean), vrstd);
-    if (c + n > dim) zh = hn::IfThenElseZero(hn::FirstN(d, static_cast<std::size_t>(std::max<std::int64_t>(dim - c, 0))), zh);
+    if (c + n > dim)
+      zh = hn::IfThenElseZero(
+          hn::FirstN(d, static_cast<std::size_t>(std::max<std::int64_t>(dim - c, 0))), zh);
     hn::Store(zh, d, zhat + c);
     hn::Store(hn::MulAdd(zh, hn::Load(d, gamma + c), hn::Load(d, beta + c)), d, z + c);
   }
 }
 
 // Forward pass of rows x[0..rows) into w (the output in w.y, [rows][ldh]).
-void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t rows,
-                  Work& w) {
+void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t rows, Work& w) {
   const DF d;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
   const std::int64_t ld = p.ld;
@@ -363,8 +361,8 @@ void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t
     }
     if (m.norm) {
       for (std::int64_t r = 0; r < rows; ++r) {
-        LayerNormRow(d, u + r * ld, w.zhat[l] + r * ld, &w.rstd[l * kBlockRows + r],
-                     p.lnw[l], p.lnb[l], m.dim, ld, m.eps);
+        LayerNormRow(d, u + r * ld, w.zhat[l] + r * ld, &w.rstd[l * kBlockRows + r], p.lnw[l],
+                     p.lnb[l], m.dim, ld, m.eps);
       }
     }
     float* a = w.a[l + 1];
@@ -376,8 +374,8 @@ void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t
        p.ldh, p.ldh);
 }
 
-void ForwardRows(const DpbMlp& m, const float* x, std::int64_t begin, std::int64_t end,
-                 float* y, std::int64_t y_stride) {
+void ForwardRows(const DpbMlp& m, const float* x, std::int64_t begin, std::int64_t end, float* y,
+                 std::int64_t y_stride) {
   if (begin >= end) return;
   const Packed p = Pack(m, /*for_backward=*/false);
   Work w = MakeWork(m, p, /*for_backward=*/false);
@@ -447,8 +445,8 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
     }
     AddColumnSums(d, gy, rows, ldh, ldh, A + db_at[depth]);
     // dW_depth[h][:] += sum_r gy[r][h] a_depth[r][:]
-    Gemm(gy, 1, ldh, m.heads, rows, w.a[depth], ld, nullptr, Init::kAccumulate,
-         A + dw_at[depth], ld, ld);
+    Gemm(gy, 1, ldh, m.heads, rows, w.a[depth], ld, nullptr, Init::kAccumulate, A + dw_at[depth],
+         ld, ld);
     // da = gy W_depth
     float* da = w.da;
     float* dz = w.dz;
@@ -488,8 +486,8 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
           const VF m2 = hn::Set(d, SumLanes(d, s2) * inv_dim);
           const VF rs = hn::Set(d, w.rstd[l * kBlockRows + r]);
           for (std::int64_t c = 0; c < ld; c += n) {
-            const VF v = hn::Sub(hn::Sub(hn::Load(d, dzr + c), m1),
-                                 hn::Mul(hn::Load(d, zr + c), m2));
+            const VF v =
+                hn::Sub(hn::Sub(hn::Load(d, dzr + c), m1), hn::Mul(hn::Load(d, zr + c), m2));
             hn::Store(hn::Mul(rs, v), d, dzr + c);
           }
           for (std::int64_t c = m.dim; c < ld; ++c) dzr[c] = 0.0f;
@@ -508,8 +506,7 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
         }
       } else {
         // dW_l[o][:] += sum_r dz[r][o] a_l[r][:]; then da = dz W_l.
-        Gemm(dzl, 1, ld, m.dim, rows, w.a[l], ld, nullptr, Init::kAccumulate, A + dw_at[l],
-             ld, ld);
+        Gemm(dzl, 1, ld, m.dim, rows, w.a[l], ld, nullptr, Init::kAccumulate, A + dw_at[l], ld, ld);
         float* next = dzl == da ? dz : da;
         Gemm(dzl, ld, 1, rows, m.dim, p.w[l], ld, nullptr, Init::kZero, next, ld, ld);
         if (next != da) std::swap(da, dz);
@@ -596,8 +593,7 @@ void dpb_mlp_forward_serial(const DpbMlp& mlp, const float* x, std::int64_t n, f
 void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
                      std::int64_t y_stride) {
   if (n <= 0) return;
-  if (work_per_row(mlp) * static_cast<double>(n) < kParallelWork ||
-      omp_get_max_threads() == 1) {
+  if (work_per_row(mlp) * static_cast<double>(n) < kParallelWork || omp_get_max_threads() == 1) {
     dpb_mlp_forward_serial(mlp, x, n, y, y_stride);
     return;
   }
@@ -629,8 +625,8 @@ void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const f
     const std::int64_t begin = s * slot_rows;
     const std::int64_t end = std::min(n, begin + slot_rows);
     const FlushSubnormals flush;
-    HWY_DYNAMIC_DISPATCH(BackwardRows)(mlp, x, g, g_stride, begin, end,
-                                       partial.data() + s * f.total);
+    HWY_DYNAMIC_DISPATCH(BackwardRows)
+    (mlp, x, g, g_stride, begin, end, partial.data() + s * f.total);
   }
   std::vector<double> sum(static_cast<std::size_t>(f.total), 0.0);
   for (std::int64_t s = 0; s < slots; ++s) {
@@ -651,8 +647,8 @@ void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const f
   }
   if (mlp.norm) {
     for (std::int64_t l = 0; l < mlp.depth; ++l) {
-      write(grads.ln_weight[static_cast<std::size_t>(l)],
-            f.ln_weight[static_cast<std::size_t>(l)], mlp.dim);
+      write(grads.ln_weight[static_cast<std::size_t>(l)], f.ln_weight[static_cast<std::size_t>(l)],
+            mlp.dim);
       write(grads.ln_bias[static_cast<std::size_t>(l)], f.ln_bias[static_cast<std::size_t>(l)],
             mlp.dim);
     }

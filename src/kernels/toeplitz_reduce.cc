@@ -10,22 +10,20 @@
 // not depend on how many threads ran.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/toeplitz_reduce.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include "kernels/toeplitz_reduce.h"
 
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstdint>
-
-#include "kernels/toeplitz_reduce.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-HWY_INLINE void AddRowImpl(const float* HWY_RESTRICT row, float* HWY_RESTRICT acc,
-                           std::int64_t n) {
+HWY_INLINE void AddRowImpl(const float* HWY_RESTRICT row, float* HWY_RESTRICT acc, std::int64_t n) {
   const hn::ScalableTag<float> d;
   const std::int64_t lanes = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t k = 0;
@@ -72,8 +70,8 @@ void toeplitz_reduce_add_row(const float* row, float* acc, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(AddRow)(row, acc, n);
 }
 
-void toeplitz_reduce_block(const ToeplitzReduceParams& p, std::int64_t h,
-                           std::int64_t row_begin, std::int64_t row_end, float* acc) {
+void toeplitz_reduce_block(const ToeplitzReduceParams& p, std::int64_t h, std::int64_t row_begin,
+                           std::int64_t row_end, float* acc) {
   HWY_DYNAMIC_DISPATCH(ReduceBlock)(p, h, row_begin, row_end, acc);
 }
 
@@ -100,8 +98,8 @@ void toeplitz_reduce(const ToeplitzReduceParams& p) {
   std::vector<float> partial(static_cast<std::size_t>(offset.back()));
   const std::size_t bytes = static_cast<std::size_t>(p.heads) * static_cast<std::size_t>(p.rows) *
                             static_cast<std::size_t>(p.cols) * sizeof(float);
-  const bool parallel = blocks > 1 && bytes >= (std::size_t{256} << 10) &&
-                        omp_get_max_threads() > 1;
+  const bool parallel =
+      blocks > 1 && bytes >= (std::size_t{256} << 10) && omp_get_max_threads() > 1;
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t k = 0; k < blocks; ++k) {
     const std::int64_t h = k / per_head;

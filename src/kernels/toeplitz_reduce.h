@@ -23,7 +23,7 @@
 namespace posbias::detail {
 
 struct ToeplitzReduceParams {
-  const float* grad = nullptr;    // contiguous [heads, rows, cols]
+  const float* grad = nullptr;  // contiguous [heads, rows, cols]
   std::int64_t heads = 0;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
@@ -46,8 +46,8 @@ void toeplitz_reduce_add_row(const float* row, float* acc, std::int64_t n);
 // (row_end - row_begin) + cols - 1 entries: entry k of acc receives the
 // elements at table offset row_offset0 - (row_end - 1) + k. acc is
 // overwritten. On the calling thread.
-void toeplitz_reduce_block(const ToeplitzReduceParams& p, std::int64_t h,
-                           std::int64_t row_begin, std::int64_t row_end, float* acc);
+void toeplitz_reduce_block(const ToeplitzReduceParams& p, std::int64_t h, std::int64_t row_begin,
+                           std::int64_t row_end, float* acc);
 
 }  // namespace posbias::detail
 

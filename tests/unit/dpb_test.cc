@@ -7,9 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
-#include <nlohmann/json.hpp>
 #include <omp.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -66,8 +65,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     const double a = got[k];
     const double b = want[k];
     if (!(std::fabs(a - b) <= atol + rtol * std::fabs(b))) {
-      FAIL() << what << ": element " << k << " is " << a << ", expected " << b
-             << " (difference " << a - b << ")";
+      FAIL() << what << ": element " << k << " is " << a << ", expected " << b << " (difference "
+             << a - b << ")";
     }
   }
 }
@@ -84,8 +83,8 @@ float round_to(DType dtype, float v) {
   return v;
 }
 
-DpbOptions xt_options(std::int64_t dim, std::int64_t heads, std::int64_t depth,
-                      bool log_distance, bool norm) {
+DpbOptions xt_options(std::int64_t dim, std::int64_t heads, std::int64_t depth, bool log_distance,
+                      bool norm) {
   DpbOptions o;
   o.dim = dim;
   o.heads = heads;
@@ -427,8 +426,8 @@ TEST(DpbGolden, XTransformersForward) {
   int checked = 0;
   for (const Json& c : cases) {
     if (c.at("variant") != "x-transformers") continue;
-    DpbOptions o = xt_options(c.at("dim"), c.at("heads"), c.at("depth"), c.at("log_distance"),
-                              c.at("norm"));
+    DpbOptions o =
+        xt_options(c.at("dim"), c.at("heads"), c.at("depth"), c.at("log_distance"), c.at("norm"));
     // The layers in order: block b is Linear, [LayerNorm], SiLU; then the
     // output Linear.
     TensorMap params;
@@ -539,10 +538,12 @@ TEST(DynamicPositionBias, MatchesNaiveReferenceForAllShapesVariantsAndDtypes) {
               for (std::int64_t h = 0; h < heads; ++h) {
                 for (std::int64_t r = 0; r < i; ++r) {
                   for (std::int64_t c = 0; c < j; ++c) {
-                    const float want = round_to(dtype, table[h * (2 * j - 1) + (j - i + r) - c + j - 1]);
+                    const float want =
+                        round_to(dtype, table[h * (2 * j - 1) + (j - i + r) - c + j - 1]);
                     const float g = got[(h * i + r) * j + c];
                     ASSERT_EQ(float_bits(g), float_bits(want))
-                        << what << " at [" << h << ", " << r << ", " << c << "]: " << g << " vs " << want;
+                        << what << " at [" << h << ", " << r << ", " << c << "]: " << g << " vs "
+                        << want;
                   }
                 }
               }
@@ -624,8 +625,8 @@ TEST(DynamicPositionBias, ForwardIntoWritesTheSameBytes) {
 // ------------------------------------------------ kernels, every target
 
 TEST(DpbKernels, MlpOnEveryTargetMatchesReference) {
-  for (const DpbOptions& o : {DpbOptions{5, 3}, DpbOptions{33, 9},
-                              xt_options(20, 2, 3, true, true), xt_options(1, 1, 1, false, true)}) {
+  for (const DpbOptions& o : {DpbOptions{5, 3}, DpbOptions{33, 9}, xt_options(20, 2, 3, true, true),
+                              xt_options(1, 1, 1, false, true)}) {
     DynamicPositionBias m(o, 5);
     if (o.norm) randomise_norms(m, 9);
     const RefMlp ref(m);
@@ -677,7 +678,10 @@ TEST(DpbKernels, ToeplitzReduceOnEveryTargetMatchesNaiveSums) {
   for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     for (auto [heads, rows, cols] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1},
-                                     {3, 5, 5}, {2, 17, 40}, {5, 70, 33}, {1, 200, 3}}) {
+                                     {3, 5, 5},
+                                     {2, 17, 40},
+                                     {5, 70, 33},
+                                     {1, 200, 3}}) {
       const std::vector<float> g =
           random_floats(static_cast<std::size_t>(heads * rows * cols), heads * 100 + rows);
       const std::int64_t len = rows + cols - 1;
@@ -720,8 +724,8 @@ TEST(DpbKernels, ToeplitzReduceOnEveryTargetMatchesNaiveSums) {
 // The double-precision reference backward, checked against central
 // differences of the double-precision forward; then the library against it.
 TEST(DpbBackward, MatchesFiniteDifferences) {
-  for (const DpbOptions& o : {DpbOptions{4, 3}, xt_options(4, 2, 2, true, true),
-                              xt_options(3, 2, 1, false, false)}) {
+  for (const DpbOptions& o :
+       {DpbOptions{4, 3}, xt_options(4, 2, 2, true, true), xt_options(3, 2, 1, false, false)}) {
     DynamicPositionBias m(o, 21);
     if (o.norm) randomise_norms(m, 4);
     const std::int64_t i = 3, j = 5;
@@ -763,8 +767,8 @@ TEST(DpbBackward, MatchesNaiveReductionOverShapes) {
     DynamicPositionBias m(o, seed++);
     if (o.norm) randomise_norms(m, seed);
     const RefMlp ref(m);
-    for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {1, 9}, {4, 4}, {7, 20},
-                        {17, 64}}) {
+    for (auto [i, j] :
+         {std::pair<std::int64_t, std::int64_t>{1, 1}, {1, 9}, {4, 4}, {7, 20}, {17, 64}}) {
       const std::vector<float> g = random_floats(static_cast<std::size_t>(3 * i * j), seed++);
       const TensorMap got = m.backward(i, j, Tensor::from_vector({3, i, j}, g));
       expect_grads_close(got, naive_backward(ref, 3, i, j, g), m, 1e-4,
@@ -823,8 +827,8 @@ TEST(DpbBackward, ResultsDoNotDependOnTheThreadCount) {
   for (const DpbOptions& o : {DpbOptions{64, 8}, xt_options(48, 3, 2, true, true)}) {
     DynamicPositionBias m(o, 12);
     const std::int64_t i = 700, j = 900;
-    const Tensor g =
-        Tensor::from_vector({o.heads, i, j}, random_floats(static_cast<std::size_t>(o.heads * i * j), 3));
+    const Tensor g = Tensor::from_vector(
+        {o.heads, i, j}, random_floats(static_cast<std::size_t>(o.heads * i * j), 3));
     std::vector<TensorMap> grads;
     std::vector<std::vector<float>> outs;
     for (int threads : {1, 2, 3, 5}) {
@@ -954,12 +958,12 @@ TEST(DynamicPositionBias, ParameterNamesAndShapes) {
   EXPECT_EQ(z.parameter("mlp.4.bias").shape(), (Shape{8}));
 
   DynamicPositionBias x(xt_options(16, 4, 3, true, true));
-  EXPECT_EQ(x.parameter_names(),
-            (std::vector<std::string>{
-                "mlp.0.0.weight", "mlp.0.0.bias", "mlp.0.1.weight", "mlp.0.1.bias",
-                "mlp.1.0.weight", "mlp.1.0.bias", "mlp.1.1.weight", "mlp.1.1.bias",
-                "mlp.2.0.weight", "mlp.2.0.bias", "mlp.2.1.weight", "mlp.2.1.bias",
-                "mlp.3.weight", "mlp.3.bias"}));
+  EXPECT_EQ(
+      x.parameter_names(),
+      (std::vector<std::string>{"mlp.0.0.weight", "mlp.0.0.bias", "mlp.0.1.weight", "mlp.0.1.bias",
+                                "mlp.1.0.weight", "mlp.1.0.bias", "mlp.1.1.weight", "mlp.1.1.bias",
+                                "mlp.2.0.weight", "mlp.2.0.bias", "mlp.2.1.weight", "mlp.2.1.bias",
+                                "mlp.3.weight", "mlp.3.bias"}));
   EXPECT_EQ(x.parameter("mlp.0.0.weight").shape(), (Shape{16, 1}));
   EXPECT_EQ(x.parameter("mlp.1.0.weight").shape(), (Shape{16, 16}));
   EXPECT_EQ(x.parameter("mlp.3.weight").shape(), (Shape{4, 16}));
@@ -1101,7 +1105,8 @@ TEST(DynamicPositionBias, LoadStateDictIsStrictAndAtomic) {
   }
   {
     // An x-transformers state dict is not a zeta one.
-    const std::string e = load_error(m, DynamicPositionBias(xt_options(64, 8, 2, false, false)).state_dict());
+    const std::string e =
+        load_error(m, DynamicPositionBias(xt_options(64, 8, 2, false, false)).state_dict());
     EXPECT_TRUE(contains(e, "missing mlp.0.weight")) << e;
     EXPECT_TRUE(contains(e, "unexpected mlp.0.0.bias")) << e;
   }
