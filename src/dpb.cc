@@ -312,6 +312,12 @@ TensorMap mlp_backward(const DpbOptions& o, const detail::DpbMlp& m, std::int64_
 
 // ------------------------------------------------------------------- forward
 
+DynamicPositionBias DynamicPositionBias::clone() const {
+  DynamicPositionBias copy = *this;
+  for (Tensor& p : copy.params_) p = p.contiguous_copy();
+  return copy;
+}
+
 void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dtype,
                                        void* out) const {
   check_lengths("forward_into", i, j);

@@ -86,6 +86,17 @@ class DynamicPositionBias {
   /// log_distance / norm / depth != 2 with the zeta variant.
   explicit DynamicPositionBias(const DpbOptions& options, std::uint64_t seed = 0);
 
+  /// Copies share their parameters, like copies of a torch::nn module holder
+  /// (and like posbias::Tensor): training or loading through one is seen by
+  /// all. clone() makes an independent module.
+  DynamicPositionBias(const DynamicPositionBias&) = default;
+  DynamicPositionBias& operator=(const DynamicPositionBias&) = default;
+  DynamicPositionBias(DynamicPositionBias&&) noexcept = default;
+  DynamicPositionBias& operator=(DynamicPositionBias&&) noexcept = default;
+
+  /// A deep copy: same options and parameter values, its own storage.
+  DynamicPositionBias clone() const;
+
   /// The bias [heads, i, j] in `dtype` (computed in float32, rounded once),
   /// contiguous: bias[h][r][c] = MLP(distance of q_r = j - i + r and c)[h].
   /// Requires 0 <= i <= j (std::invalid_argument otherwise, with i and j);

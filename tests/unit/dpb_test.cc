@@ -1247,3 +1247,21 @@ TEST(DynamicPositionBias, RejectsBadLengthsWithValues) {
 
 }  // namespace
 }  // namespace posbias
+
+namespace posbias {
+namespace {
+
+TEST(DynamicPositionBias, CopiesShareParametersAndCloneDoesNot) {
+  DynamicPositionBias a(4, 2, /*seed=*/1);
+  DynamicPositionBias shared = a;
+  DynamicPositionBias deep = a.clone();
+  const std::vector<float> before = a.forward(3, 5).to_float_vector();
+  EXPECT_EQ(deep.forward(3, 5).to_float_vector(), before);
+  a.mutable_parameter("mlp.4.bias").mutable_data<float>()[0] += 1.0f;
+  EXPECT_EQ(shared.forward(3, 5).to_float_vector(), a.forward(3, 5).to_float_vector());
+  EXPECT_EQ(deep.forward(3, 5).to_float_vector(), before);
+  EXPECT_NE(a.forward(3, 5).to_float_vector(), before);
+}
+
+}  // namespace
+}  // namespace posbias
