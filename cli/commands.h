@@ -11,6 +11,9 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <ostream>
+#include <string>
+
+#include "posbias/tensor.h"
 
 namespace posbias::cli {
 
@@ -26,12 +29,25 @@ Command add_slopes_command(CLI::App& app);
 Command add_alibi_command(CLI::App& app);
 /// `posbias alibi-bias`: the "ALiBi" seed's AlibiBias builder.
 Command add_alibi_bias_command(CLI::App& app);
+/// `posbias dpb`: DynamicPositionBias(dim, heads).forward(i, j) (or its table).
+Command add_dpb_command(CLI::App& app);
+/// `posbias t5`: RelativePositionBias(...).forward(i, j), its table or buckets.
+Command add_t5_command(CLI::App& app);
+/// `posbias t5-bucket`: t5_relative_position_bucket of a list of positions.
+Command add_t5_bucket_command(CLI::App& app);
 /// `posbias demo`: the documentation's examples, explained.
 Command add_demo_command(CLI::App& app);
 /// `posbias check-golden FILE`: this build against reference vectors.
 Command add_check_golden_command(CLI::App& app);
 /// `posbias bench SUITE`: the benchmark suites of benchmarks/bench_suite.h.
 Command add_bench_command(CLI::App& app);
+
+/// `--format text|json` (default text) on `sub`, stored in `format`.
+void add_format_option(CLI::App& sub, std::string& format);
+
+/// `t` like PyTorch's print(tensor) (format "text") or as the JSON of
+/// posbias::write_json (format "json"), then a newline.
+void print_tensor(std::ostream& out, const Tensor& t, const std::string& format);
 
 /// A CLI11 validator for integer options: rejects values that do not fit in
 /// int64 (CLI11 2.1 would silently saturate them).

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "posbias/alibi.h"
+#include "posbias/dpb.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
 #include "posbias/version.h"
@@ -54,10 +57,10 @@ class Demo {
   explicit Demo(std::ostream& out) : out_(out) {}
 
   int run() {
-    out_ << "posbias " << version()
-         << ": ALiBi positional biases, the documentation's examples.\n\n";
+    out_ << "posbias " << version() << ": positional biases, the documentation's examples.\n\n";
     documentation_examples();
     seed_example();
+    dpb_examples();
     if (failures_ == 0) {
       out_ << "Every statement above was checked while printing it.\n";
       return 0;
@@ -204,6 +207,89 @@ class Demo {
     say("  This is the seed's Step 3 table: far tokens are not ignored, only less");
     say("  important. (AlibiPositionalBias gives the same numbers for i == j with");
     say("  slope 0.2, since it subtracts slope * distance.)");
+    say("");
+  }
+
+  // The DynamicPositionBias documentation (seeds/003): its `module(0, 5)`
+  // and what it was meant to show.
+  void dpb_examples() {
+    const std::uint64_t seed = 1;
+    const DynamicPositionBias module(64, 8, seed);
+    say("== DynamicPositionBias(dim=64, heads=8) ==");
+    say("module = DynamicPositionBias(dim=64, heads=8)   (parameters drawn like PyTorch's");
+    say("  nn.Linear from seed " + std::to_string(seed) +
+        "). An MLP, Linear(1, 64) -> SiLU -> Linear(64, 64) -> SiLU ->");
+    say("  Linear(64, 8), turns each distance |q - k| into 8 biases, one per head.");
+    say("  module(i, j) returns [heads, i, j] for i queries that are the LAST i of j");
+    say("  keys: the query of row r sits at position j - i + r.");
+    check(module.parameter_names().size() == 6 &&
+              module.parameter("mlp.0.weight").shape() == std::vector<std::int64_t>{64, 1} &&
+              module.parameter("mlp.4.weight").shape() == std::vector<std::int64_t>{8, 64},
+          "the MLP's shapes");
+    say("");
+
+    say("Example 1 (Basic Usage): bias = module(0, 5)   (\"positions 0 to 5\")");
+    const Tensor empty = module.forward(0, 5);
+    say("  Shape " + shape_text(empty.shape()) + ", " + std::to_string(empty.numel()) +
+        " elements: an EMPTY tensor. i and j are LENGTHS, not");
+    say("  positions: module(0, 5) asks for the biases of 0 queries against 5 keys.");
+    say("  (zeta's module returns the same empty tensor, so the documentation's");
+    say("  'Inspecting the Bias' example has nothing to plot.)");
+    check(empty.shape() == std::vector<std::int64_t>{8, 0, 5} && empty.numel() == 0,
+          "module(0, 5) is an empty [8, 0, 5]");
+    say("  What was meant, the biases among positions 0..4 (range(0, 5)), is:");
+    say("");
+
+    say("Example 2: bias = module(5, 5)");
+    const Tensor bias = module.forward(5, 5);
+    const Tensor table = module.table(5);
+    say("  Shape " + shape_text(bias.shape()) +
+        ": 5 queries at positions 0..4 against keys 0..4. Head 0:");
+    show(head(bias, 0));
+    bool toeplitz = true;
+    bool symmetric = true;
+    for (std::int64_t h = 0; h < 8; ++h) {
+      for (std::int64_t r = 0; r < 5; ++r) {
+        for (std::int64_t c = 0; c < 5; ++c) {
+          toeplitz = toeplitz && bias.at({h, r, c}) == table.at({h, std::abs(r - c)});
+          symmetric = symmetric && bias.at({h, r, c}) == bias.at({h, c, r});
+        }
+      }
+    }
+    say("  Every bias depends only on the distance |q - k|: each diagonal holds one");
+    say("  value (a Toeplitz matrix) and the matrix is symmetric, in every head. So");
+    say("  the MLP runs on the 5 distances 0..4 only; that per-distance table,");
+    say("  module.table(5) (shape " + shape_text(table.shape()) +
+        "), is row 0 of each head (query 0). Head 0:");
+    show(table.slice(0, 0, 1));
+    check(bias.shape() == std::vector<std::int64_t>{8, 5, 5}, "shape [8, 5, 5]");
+    check(toeplitz, "bias[h][r][c] == table[h][|r - c|] for every head");
+    check(symmetric, "every head symmetric");
+    check(same_values(bias.slice(1, 0, 1).slice(0, 0, 1),
+                      Tensor::from_vector({1, 1, 5}, table.slice(0, 0, 1).to_float_vector())),
+          "row 0 of head 0 == table head 0");
+    say("  (Positions 0 to 5 inclusive, 6 of them, would be module(6, 6).)");
+    say("");
+
+    say("Example 3 (a decode step): bias = module(1, 5)");
+    const Tensor decode = module.forward(1, 5);
+    say("  Shape " + shape_text(decode.shape()) +
+        ": one query, the newest token at position 4, against keys 0..4");
+    say("  (distances 4, 3, 2, 1, 0): the last row of module(5, 5), not its first.");
+    say("  Head 0:");
+    show(head(decode, 0));
+    check(same_values(decode, bias.slice(1, 4, 5)), "module(1, 5) == last row of module(5, 5)");
+    bool refused = false;
+    std::string message;
+    try {
+      module.forward(6, 5);
+    } catch (const std::invalid_argument& e) {
+      refused = true;
+      message = e.what();
+    }
+    say("  More queries than keys (\"Ensure that j >= i\") is an error: module(6, 5)");
+    say("  throws \"" + message + "\".");
+    check(refused, "module(6, 5) is refused");
     say("");
   }
 

@@ -5,7 +5,8 @@
 // (check-golden, demo) or the run itself failed (out of memory, output not
 // writable); 2 bad arguments or input: a command-line error, a value the
 // library refuses (std::invalid_argument, std::length_error), an unreadable
-// or malformed golden file. Every error is one line on stderr,
+// or malformed golden file, a file named by an option (--weights, --save)
+// that cannot be read or written. Every error is one line on stderr,
 // "posbias: error: ...".
 #include <iostream>
 #include <new>
@@ -64,16 +65,20 @@ int run_command(const posbias::cli::Command& command) {
 
 int main(int argc, char** argv) {
   namespace cli = posbias::cli;
-  CLI::App app{"posbias: positional biases for attention (ALiBi). Start with `posbias demo`.",
-               "posbias"};
+  CLI::App app{
+      "posbias: positional biases for attention (ALiBi, Dynamic Position Bias, T5). Start with "
+      "`posbias demo`.",
+      "posbias"};
   app.set_version_flag("--version", std::string("posbias ") + posbias::version(),
                        "Print the version and exit");
   app.footer("Run `posbias COMMAND --help` for the options of a command.");
 
   const std::vector<cli::Command> commands = {
-      cli::add_demo_command(app),         cli::add_slopes_command(app),
-      cli::add_alibi_command(app),        cli::add_alibi_bias_command(app),
-      cli::add_check_golden_command(app), cli::add_bench_command(app),
+      cli::add_demo_command(app),      cli::add_slopes_command(app),
+      cli::add_alibi_command(app),     cli::add_alibi_bias_command(app),
+      cli::add_dpb_command(app),       cli::add_t5_command(app),
+      cli::add_t5_bucket_command(app), cli::add_check_golden_command(app),
+      cli::add_bench_command(app),
   };
 
   // CLI11 would call an unknown command "not expected"; name it instead.

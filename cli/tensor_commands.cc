@@ -22,21 +22,6 @@ constexpr const char* kFormatHelp =
     "text: like print(tensor) in PyTorch; json: {\"shape\": [...], \"data\": "
     "[...]}, row-major, every value, exact";
 
-void add_format_option(CLI::App& sub, std::string& format) {
-  sub.add_option("--format", format, kFormatHelp)
-      ->check(CLI::IsMember({"text", "json"}))
-      ->default_str("text");
-}
-
-void print_tensor(std::ostream& out, const Tensor& t, const std::string& format) {
-  if (format == "json") {
-    write_json(out, t);
-  } else {
-    out << format_tensor(t);
-  }
-  out << '\n';
-}
-
 // The number after an optional sign, whole string; nullopt if it is not one.
 std::optional<std::int64_t> parse_int64(const std::string& text) {
   std::int64_t value = 0;
@@ -72,6 +57,21 @@ CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const 
 }
 
 }  // namespace
+
+void add_format_option(CLI::App& sub, std::string& format) {
+  sub.add_option("--format", format, kFormatHelp)
+      ->check(CLI::IsMember({"text", "json"}))
+      ->default_str("text");
+}
+
+void print_tensor(std::ostream& out, const Tensor& t, const std::string& format) {
+  if (format == "json") {
+    write_json(out, t);
+  } else {
+    out << format_tensor(t);
+  }
+  out << '\n';
+}
 
 const CLI::Validator& int64_in_range() {
   static const CLI::Validator validator(

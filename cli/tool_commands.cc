@@ -13,12 +13,14 @@
 namespace posbias::cli {
 
 Command add_demo_command(CLI::App& app) {
-  CLI::App* sub =
-      app.add_subcommand("demo", "The documentation's ALiBi examples, run and explained");
+  CLI::App* sub = app.add_subcommand(
+      "demo", "The documentation's ALiBi and DynamicPositionBias examples, run and explained");
   sub->footer(
       "Runs the usage examples of the AlibiPositionalBias documentation (heads 4 of\n"
-      "8: (10, 10), (5, 5) from the stored bias, (8, 15)), a decode step, and the\n"
-      "\"ALiBi\" seed's worked example, and says what each shows. Exit code 1 if\n"
+      "8: (10, 10), (5, 5) from the stored bias, (8, 15)), a decode step, the\n"
+      "\"ALiBi\" seed's worked example, and the DynamicPositionBias documentation's\n"
+      "module(0, 5) (an empty tensor: i and j are lengths) with what it meant,\n"
+      "module(5, 5) and module(1, 5), and says what each shows. Exit code 1 if\n"
       "something it states does not hold.");
   return {sub, [](std::ostream& out) { return run_demo(out); }};
 }
