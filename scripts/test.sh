@@ -56,15 +56,17 @@ if [[ "${SKIP_SANITIZERS:-0}" == 1 ]]; then
   exit 0
 fi
 
-# The sanitizer build: Debug, so that internal assertions are checked, at -O1
-# so that the vectorised kernels and large tensors stay quick. Warnings are
-# the Release build's job (optimisation levels change what GCC warns about).
-# The benchmark programs are not tests and are left out.
+# The sanitizer build: Debug (-O0 -g), so that internal assertions are
+# checked. Measured on the 2-core machine: it builds in about half the time
+# of -O1 (the Highway kernels and the test files dominate) and its tests run
+# no slower in total. Warnings are the Release build's job (optimisation
+# levels change what GCC warns about). The benchmark programs are not tests
+# and are left out.
 section "AddressSanitizer + UndefinedBehaviorSanitizer build"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 cmake -S . -B "$asan_build_dir" -DCMAKE_BUILD_TYPE=Debug \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DPOSBIAS_WERROR=OFF \
+  -DCMAKE_CXX_FLAGS_DEBUG=-g -DPOSBIAS_WERROR=OFF \
   -DPOSBIAS_SANITIZE=address,undefined -DPOSBIAS_BUILD_BENCHMARKS=OFF
 cmake --build "$asan_build_dir" --parallel "$jobs"
 
