@@ -9,6 +9,7 @@
 
 #include "checks.h"
 #include "kernels/alibi_fill.h"
+#include "kernels/toeplitz.h"
 #include "posbias/slopes.h"
 
 namespace posbias {
@@ -47,7 +48,7 @@ void fill(const detail::AlibiFillParams& p) {
   const std::size_t bytes = static_cast<std::size_t>(p.heads) *
                             static_cast<std::size_t>(p.rows) *
                             static_cast<std::size_t>(p.cols) * dtype_size(p.dtype);
-  detail::alibi_fill(p, bytes >= detail::alibi_stream_threshold_bytes());
+  detail::alibi_fill(p, bytes >= detail::stream_threshold_bytes());
 }
 
 void fill_bottom_right(const std::vector<float>& scale, std::int64_t i,
@@ -115,27 +116,23 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes,
   Tensor out = Tensor::empty({total_heads, i, j}, dtype);
   const std::vector<float> scale = negated_with_zero_heads(slopes, total_heads);
   const std::int64_t rows = total_heads * i;
-  void* base = out.raw_mutable_data();
-#pragma omp parallel for schedule(static) if (rows * j >= (1 << 16))
-  for (std::int64_t flat = 0; flat < rows; ++flat) {
-    const std::int64_t h = flat / i;
-    const std::int64_t q = q_pos[static_cast<std::size_t>(flat - h * i)];
-    const float s = scale[static_cast<std::size_t>(h)];
-    for (std::int64_t c = 0; c < j; ++c) {
-      const std::int64_t diff = k_pos[static_cast<std::size_t>(c)] - q;
-      const float v = s * static_cast<float>(diff < 0 ? -diff : diff) + 0.0f;
-      const std::int64_t at = flat * j + c;
-      switch (dtype) {
-        case DType::kFloat32:
-          static_cast<float*>(base)[at] = v;
-          break;
-        case DType::kBFloat16:
-          static_cast<bfloat16*>(base)[at] = to_bfloat16(v);
-          break;
-        case DType::kFloat16:
-          static_cast<float16*>(base)[at] = to_float16(v);
-          break;
+  auto* base = static_cast<unsigned char*>(out.raw_mutable_data());
+  const std::size_t row_bytes = static_cast<std::size_t>(j) * dtype_size(dtype);
+#pragma omp parallel if (rows * j >= (1 << 16))
+  {
+    std::vector<float> values(static_cast<std::size_t>(j));  // one row, float32
+#pragma omp for schedule(static)
+    for (std::int64_t flat = 0; flat < rows; ++flat) {
+      const std::int64_t h = flat / i;
+      const std::int64_t q = q_pos[static_cast<std::size_t>(flat - h * i)];
+      const float s = scale[static_cast<std::size_t>(h)];
+      for (std::int64_t c = 0; c < j; ++c) {
+        const std::int64_t diff = k_pos[static_cast<std::size_t>(c)] - q;
+        values[static_cast<std::size_t>(c)] =
+            s * static_cast<float>(diff < 0 ? -diff : diff) + 0.0f;
       }
+      detail::convert_floats(values.data(), values.size(), dtype,
+                             base + static_cast<std::size_t>(flat) * row_bytes);
     }
   }
   return out;

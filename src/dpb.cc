@@ -25,7 +25,6 @@
 #include <utility>
 
 #include "checks.h"
-#include "kernels/alibi_fill.h"
 #include "kernels/dpb_mlp.h"
 #include "kernels/toeplitz.h"
 #include "kernels/toeplitz_reduce.h"
@@ -340,28 +339,9 @@ void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dty
     run_mlp(options_, m, j - 1, -1, len, table.data(), len);
   }
   // Round once to the output dtype, then copy windows.
-  const std::size_t es = dtype_size(dtype);
-  std::vector<std::uint16_t> table16;
-  const void* src = table.data();
-  if (dtype != DType::kFloat32) {
-    table16.resize(table.size());
-    for (std::size_t k = 0; k < table.size(); ++k) {
-      table16[k] =
-          dtype == DType::kBFloat16 ? to_bfloat16(table[k]).bits : to_float16(table[k]).bits;
-    }
-    src = table16.data();
-  }
-  detail::ToeplitzParams t;
-  t.table = src;
-  t.table_stride = len;
-  t.row_offset0 = i - 1;
-  t.heads = heads;
-  t.rows = i;
-  t.cols = j;
-  t.element_size = es;
-  t.out = out;
-  detail::toeplitz_expand(
-      t, static_cast<std::size_t>(n) * es >= detail::alibi_stream_threshold_bytes());
+  detail::expand_float_table(
+      table.data(), heads, i, j, dtype, out,
+      static_cast<std::size_t>(n) * dtype_size(dtype) >= detail::stream_threshold_bytes());
 }
 
 Tensor DynamicPositionBias::forward(std::int64_t i, std::int64_t j, DType dtype) const {

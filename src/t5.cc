@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "checks.h"
-#include "kernels/alibi_fill.h"
 #include "kernels/toeplitz.h"
 
 namespace posbias {
@@ -112,20 +111,6 @@ class NormalGenerator {
   double spare_ = 0.0;
 };
 
-void store(void* base, DType dtype, std::size_t at, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[at] = v;
-      break;
-    case DType::kBFloat16:
-      static_cast<bfloat16*>(base)[at] = to_bfloat16(v);
-      break;
-    case DType::kFloat16:
-      static_cast<float16*>(base)[at] = to_float16(v);
-      break;
-  }
-}
-
 }  // namespace
 
 std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal, std::int64_t num_buckets,
@@ -194,27 +179,17 @@ Tensor RelativePositionBias::forward(std::int64_t i, std::int64_t j, DType dtype
   // i - 1 - r + c, and c - (j - i + r) is that minus (j - 1).
   const std::int64_t len = i + j - 1;
   detail::checked_numel({heads_, len}, dtype);
-  const std::size_t es = dtype_size(dtype);
-  std::vector<unsigned char> table(static_cast<std::size_t>(heads_ * len) * es);
+  std::vector<float> table(static_cast<std::size_t>(heads_ * len));
   const float* weight = e.data<float>();
   for (std::int64_t k = 0; k < len; ++k) {
     const std::int64_t b = bucket_of(rule, k - (j - 1));
     for (std::int64_t h = 0; h < heads_; ++h) {
-      store(table.data(), dtype, static_cast<std::size_t>(h * len + k),
-            weight[b * heads_ + h] * scale_);
+      table[static_cast<std::size_t>(h * len + k)] = weight[b * heads_ + h] * scale_;
     }
   }
-  detail::ToeplitzParams p;
-  p.table = table.data();
-  p.table_stride = len;
-  p.row_offset0 = i - 1;
-  p.heads = heads_;
-  p.rows = i;
-  p.cols = j;
-  p.element_size = es;
-  p.out = out.raw_mutable_data();
-  const std::size_t bytes = static_cast<std::size_t>(out.numel()) * es;
-  detail::toeplitz_expand(p, bytes >= detail::alibi_stream_threshold_bytes());
+  const std::size_t bytes = static_cast<std::size_t>(out.numel()) * dtype_size(dtype);
+  detail::expand_float_table(table.data(), heads_, i, j, dtype, out.raw_mutable_data(),
+                             bytes >= detail::stream_threshold_bytes());
   return out;
 }
 

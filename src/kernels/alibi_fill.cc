@@ -251,19 +251,6 @@ namespace posbias::detail {
 
 HWY_EXPORT(FillRows);
 
-std::size_t alibi_stream_threshold_bytes() {
-  // Larger than the private caches of all cores together, and than what a
-  // consumer could expect to find still cached in a shared last level.
-  // POSBIAS_STREAM_THRESHOLD (bytes) overrides it, for experiments.
-  static const std::size_t bytes = [] {
-    if (const char* env = std::getenv("POSBIAS_STREAM_THRESHOLD")) {
-      return static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
-    }
-    return std::size_t{32} << 20;
-  }();
-  return bytes;
-}
-
 void alibi_fill_rows(const AlibiFillParams& p, std::int64_t row_begin,
                      std::int64_t row_end, bool stream) {
   HWY_DYNAMIC_DISPATCH(FillRows)(p, row_begin, row_end, stream);
@@ -276,35 +263,14 @@ void alibi_fill_by_table(const AlibiFillParams& p, bool stream) {
   // rows - 1 - r + c, where c - (q0 + r) = that entry minus anchor.
   const std::int64_t len = p.rows + p.cols - 1;
   const std::int64_t anchor = p.q0 + p.rows - 1;
-  const std::size_t es = dtype_size(p.dtype);
-  std::vector<unsigned char> table(static_cast<std::size_t>(p.heads * len) * es);
+  std::vector<float> table(static_cast<std::size_t>(p.heads * len));
   for (std::int64_t h = 0; h < p.heads; ++h) {
     for (std::int64_t k = 0; k < len; ++k) {
-      const float v = alibi_value(p.scale[h], anchor, k, p.kind, p.canonical_zero);
-      const std::size_t at = static_cast<std::size_t>(h * len + k);
-      switch (p.dtype) {
-        case DType::kFloat32:
-          reinterpret_cast<float*>(table.data())[at] = v;
-          break;
-        case DType::kBFloat16:
-          reinterpret_cast<bfloat16*>(table.data())[at] = to_bfloat16(v);
-          break;
-        case DType::kFloat16:
-          reinterpret_cast<float16*>(table.data())[at] = to_float16(v);
-          break;
-      }
+      table[static_cast<std::size_t>(h * len + k)] =
+          alibi_value(p.scale[h], anchor, k, p.kind, p.canonical_zero);
     }
   }
-  ToeplitzParams t;
-  t.table = table.data();
-  t.table_stride = len;
-  t.row_offset0 = p.rows - 1;
-  t.heads = p.heads;
-  t.rows = p.rows;
-  t.cols = p.cols;
-  t.element_size = es;
-  t.out = p.out;
-  toeplitz_expand(t, stream);
+  expand_float_table(table.data(), p.heads, p.rows, p.cols, p.dtype, p.out, stream);
 }
 
 void alibi_fill(const AlibiFillParams& p, bool stream) {

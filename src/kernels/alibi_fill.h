@@ -44,11 +44,6 @@ inline float alibi_value(float scale, std::int64_t q, std::int64_t c, DistanceKi
   return v;
 }
 
-// Outputs at least this large are written with non-temporal (streaming)
-// stores: they would not stay in cache for the consumer anyway, and streaming
-// skips the read-for-ownership of every destination line.
-std::size_t alibi_stream_threshold_bytes();
-
 // Writes the bias with the best instruction set of this CPU (Highway dynamic
 // dispatch), threads over rows (OpenMP). `stream` selects non-temporal stores.
 // With at least kTableMinRows rows it builds each head's values once, in the

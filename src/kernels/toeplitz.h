@@ -18,7 +18,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "posbias/dtype.h"
+
 namespace posbias::detail {
+
+// Outputs at least this large are written with non-temporal (streaming)
+// stores: they would not stay in cache for the consumer anyway, and streaming
+// skips the read-for-ownership of every destination line. 32 MiB, or
+// $POSBIAS_STREAM_THRESHOLD bytes (for experiments).
+std::size_t stream_threshold_bytes();
+
+// Converts n float32 values to `dtype` at dst, rounding once to nearest even.
+void convert_floats(const float* src, std::size_t n, DType dtype, void* dst);
 
 struct ToeplitzParams {
   const void* table = nullptr;    // heads tables, element_size bytes each entry
@@ -38,6 +49,15 @@ void toeplitz_expand(const ToeplitzParams& p, bool stream);
 // calling thread (best instruction set of this CPU).
 void toeplitz_expand_rows(const ToeplitzParams& p, std::int64_t row_begin,
                           std::int64_t row_end, bool stream);
+
+// The common tail of every relative-position bias. `table` holds, for each of
+// `heads` heads, rows + cols - 1 float32 values, where row r of the output
+// reads entries [rows - 1 - r, rows - 1 - r + cols) (entry k is the value at
+// query - key distance cols - 1 - k for bottom-right alignment). Rounds the
+// table once to `dtype` and expands it into contiguous [heads, rows, cols] at
+// `out`, with streaming stores when `stream`.
+void expand_float_table(const float* table, std::int64_t heads, std::int64_t rows,
+                        std::int64_t cols, DType dtype, void* out, bool stream);
 
 }  // namespace posbias::detail
 
