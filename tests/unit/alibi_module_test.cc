@@ -11,12 +11,18 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "posbias/alibi.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
 
 namespace posbias {
 namespace {
+
+using test::expect_bits_equal;
+using test::expect_throw_with;
+using test::golden_dir;
+using test::round_to;
 
 std::vector<float> fresh(const AlibiPositionalBias& m, std::int64_t i, std::int64_t j) {
   return alibi_bias(m.slopes(), m.total_heads(), i, j, m.dtype()).to_float_vector();
@@ -146,16 +152,6 @@ TEST(AlibiPositionalBias, GetBiasAndCustomPositions) {
             (std::vector<float>{-2, -1, 0, -1, -3, -2, -1, 0}));
   const Tensor p = m.forward_custom_pos({2, 3}, {0, 1, 2, 3});
   EXPECT_TRUE(same_bits(p.to_float_vector(), m.forward(2, 4).to_float_vector()));
-}
-
-template <typename E>
-void expect_throw_with(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(AlibiPositionalBias, BadArguments) {

@@ -1,5 +1,6 @@
 // ALiBi matrices against a naive reference, over many shapes, head counts,
 // dtypes, every compiled instruction set, and both store paths.
+#include "test_util.h"
 #include "posbias/alibi.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,11 @@
 
 namespace posbias {
 namespace {
+
+using test::expect_bits_equal;
+using test::expect_throw_with;
+using test::golden_dir;
+using test::round_to;
 
 // The naive reference, straight from SPEC.md: q_r = j - i + r,
 // bias = -m * |c - q_r| (+0.0 at distance 0), zero heads after `slopes`.
@@ -39,29 +45,6 @@ std::vector<float> naive_alibi(const std::vector<float>& slopes, std::int64_t to
     }
   }
   return out;
-}
-
-float round_to(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v;
-    case DType::kBFloat16:
-      return to_float(to_bfloat16(v));
-    case DType::kFloat16:
-      return to_float(to_float16(v));
-  }
-  return v;
-}
-
-// Bitwise equality (so +0 vs -0 and every last bit count).
-void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    if (float_bits(got[k]) != float_bits(want[k])) {
-      FAIL() << what << ": element " << k << " is " << got[k] << ", expected " << want[k];
-    }
-  }
 }
 
 struct Shape {
@@ -293,16 +276,6 @@ TEST(AlibiBias, CustomPositionsMatchReference) {
   for (std::int64_t c = 0; c < 9; ++c) kd.push_back(c);
   expect_bits_equal(alibi_bias_custom_pos(slopes, 3, qd, kd).to_float_vector(),
                     alibi_bias(slopes, 3, 4, 9).to_float_vector(), "default positions");
-}
-
-template <typename E>
-void expect_throw_with(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(AlibiBias, BadInputsThrowBeforeAllocating) {

@@ -3,6 +3,7 @@
 // many shapes and every dtype, the kernels on every compiled instruction set,
 // the backward pass against finite differences and a naive reduction, the
 // state dict and files, and bad input.
+#include "test_util.h"
 #include "posbias/dpb.h"
 
 #include <gtest/gtest.h>
@@ -28,18 +29,16 @@
 namespace posbias {
 namespace {
 
+using test::expect_bits_equal;
+using test::expect_throw_with;
+using test::golden_dir;
+using test::round_to;
+
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Shape = std::vector<std::int64_t>;
 
 // ----------------------------------------------------------------- helpers
-
-std::string golden_dir() {
-  for (const char* dir : {POSBIAS_GOLDEN_COPY_DIR, POSBIAS_GOLDEN_SHARED_DIR}) {
-    if (fs::exists(fs::path(dir) / "golden.json")) return dir;
-  }
-  return "";
-}
 
 std::vector<Json> golden_cases(const std::string& kind) {
   const std::string dir = golden_dir();
@@ -69,18 +68,6 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
              << a - b << ")";
     }
   }
-}
-
-float round_to(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v;
-    case DType::kBFloat16:
-      return to_float(to_bfloat16(v));
-    case DType::kFloat16:
-      return to_float(to_float16(v));
-  }
-  return v;
 }
 
 DpbOptions xt_options(std::int64_t dim, std::int64_t heads, std::int64_t depth, bool log_distance,

@@ -2,6 +2,7 @@
 // (PyTorch) and its defining properties, the module's forward against a naive
 // triple loop (bitwise, every dtype, many shapes), the distance table against
 // forward, initialisation, state dicts and bad arguments.
+#include "test_util.h"
 #include "posbias/t5.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,11 @@
 
 namespace posbias {
 namespace {
+
+using test::expect_bits_equal;
+using test::expect_throw_with;
+using test::golden_dir;
+using test::round_to;
 
 namespace fs = std::filesystem;
 
@@ -58,18 +64,6 @@ std::int64_t reference_bucket(std::int64_t relative_position, bool causal, std::
   return ret + val_if_large;
 }
 
-float round_to(DType dtype, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v;
-    case DType::kBFloat16:
-      return to_float(to_bfloat16(v));
-    case DType::kFloat16:
-      return to_float(to_float16(v));
-  }
-  return v;
-}
-
 // Straight from SPEC.md: q_r = j - i + r, bias = E[bucket(c - q_r)][h] * scale.
 std::vector<float> naive_forward(const RelativePositionBias& m, std::int64_t i, std::int64_t j,
                                  DType dtype) {
@@ -86,16 +80,6 @@ std::vector<float> naive_forward(const RelativePositionBias& m, std::int64_t i, 
     }
   }
   return out;
-}
-
-void expect_bits_equal(const std::vector<float>& got, const std::vector<float>& want,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    if (float_bits(got[k]) != float_bits(want[k])) {
-      FAIL() << what << ": element " << k << " is " << got[k] << ", expected " << want[k];
-    }
-  }
 }
 
 struct Config {
