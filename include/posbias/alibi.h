@@ -114,10 +114,12 @@ class AlibiPositionalBias {
   Tensor forward_custom_pos(const std::vector<std::int64_t>& q_pos,
                             const std::vector<std::int64_t>& k_pos) const;
 
+  /// Biased heads, and all heads (biased + appended zero heads).
   std::int64_t heads() const { return heads_; }
   std::int64_t total_heads() const { return total_heads_; }
   /// The float32 slopes of the biased heads (never cast to dtype()).
   const std::vector<float>& slopes() const { return slopes_; }
+  /// The output dtype of forward() and get_bias().
   DType dtype() const;
 
   /// Changes the output dtype (like `module.to(torch.float16)`, except that
@@ -174,6 +176,7 @@ class AlibiBias {
   Tensor build(std::int64_t q_len, std::int64_t k_len,
                DType dtype = DType::kFloat32) const;
 
+  /// The constructor arguments (slopes() as used: the default if none given).
   std::int64_t n_heads() const { return n_heads_; }
   bool causal() const { return causal_; }
   const std::vector<float>& slopes() const { return slopes_; }

@@ -136,6 +136,7 @@ class DynamicPositionBias {
   /// +d and -d both count towards distance d.
   TensorMap backward_distance_table(std::int64_t j, const Tensor& grad) const;
 
+  /// The options this module was built with.
   const DpbOptions& options() const { return options_; }
   std::int64_t dim() const { return options_.dim; }
   std::int64_t heads() const { return options_.heads; }

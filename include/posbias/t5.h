@@ -73,6 +73,7 @@ class RelativePositionBias {
   /// attention reads (valid for any i <= j). j >= 1 (std::invalid_argument).
   Tensor distance_table(std::int64_t j) const;
 
+  /// The constructor arguments.
   float scale() const { return scale_; }
   bool causal() const { return causal_; }
   std::int64_t num_buckets() const { return num_buckets_; }

@@ -48,6 +48,7 @@ class Tensor {
   static Tensor from_vector(const std::vector<std::int64_t>& shape,
                             const std::vector<float>& values);
 
+  /// Element type, number of dimensions, and extents.
   DType dtype() const { return dtype_; }
   std::int64_t dim() const { return static_cast<std::int64_t>(shape_.size()); }
   const std::vector<std::int64_t>& shape() const { return shape_; }
@@ -55,6 +56,7 @@ class Tensor {
   const std::vector<std::int64_t>& strides() const { return strides_; }
   /// Extent of dimension `d` (negative `d` counts from the end).
   std::int64_t size(std::int64_t d) const;
+  /// Number of elements (the product of the extents).
   std::int64_t numel() const;
   /// True when the elements are laid out row-major without gaps.
   bool is_contiguous() const;
