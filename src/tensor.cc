@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -232,6 +233,21 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end) const
   Tensor t = *this;
   t.offset_ += start * strides_[k];
   t.shape_[k] = end - start;
+  return t;
+}
+
+Tensor Tensor::transpose(std::int64_t d0, std::int64_t d1) const {
+  const std::int64_t n = dim();
+  if (d0 < -n || d0 >= n || d1 < -n || d1 >= n) {
+    throw std::invalid_argument("Tensor::transpose: dimensions (" + std::to_string(d0) + ", " +
+                                std::to_string(d1) + ") out of range for " +
+                                std::to_string(n) + "-d tensor");
+  }
+  const auto a = static_cast<std::size_t>(d0 < 0 ? d0 + n : d0);
+  const auto b = static_cast<std::size_t>(d1 < 0 ? d1 + n : d1);
+  Tensor t = *this;
+  std::swap(t.shape_[a], t.shape_[b]);
+  std::swap(t.strides_[a], t.strides_[b]);
   return t;
 }
 

@@ -77,6 +77,12 @@ class Tensor {
   /// A view of [start, end) along dimension `d`; shares storage, O(1).
   Tensor slice(std::int64_t d, std::int64_t start, std::int64_t end) const;
 
+  /// A view with dimensions `d0` and `d1` swapped (extents and strides;
+  /// negative dimensions count from the end); shares storage, O(1). E.g. a
+  /// `[b, len, h, d]` buffer as the `[b, h, len, d]` view that
+  /// attention_forward() takes: `x.transpose(1, 2)`.
+  Tensor transpose(std::int64_t d0, std::int64_t d1) const;
+
   /// A contiguous tensor with the same values, always a fresh allocation.
   Tensor contiguous_copy() const;
 

@@ -25,6 +25,22 @@ TEST(Tensor, EmptyIsAlignedAndContiguous) {
   EXPECT_THROW(Tensor::empty({2, -1}, DType::kFloat32), std::invalid_argument);
 }
 
+TEST(Tensor, TransposeIsAView) {
+  std::vector<float> v(24);
+  for (int k = 0; k < 24; ++k) v[k] = static_cast<float>(k);
+  const Tensor t = Tensor::from_vector({2, 3, 4}, v);
+  const Tensor s = t.transpose(0, -1);
+  EXPECT_TRUE(s.shares_storage_with(t));
+  EXPECT_EQ(s.shape(), (std::vector<std::int64_t>{4, 3, 2}));
+  EXPECT_EQ(s.strides(), (std::vector<std::int64_t>{1, 4, 12}));
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.at({3, 1, 1}), t.at({1, 1, 3}));
+  EXPECT_EQ(s.transpose(2, 0).to_float_vector(), v);
+  EXPECT_EQ(t.transpose(1, 1).strides(), t.strides());
+  EXPECT_THROW(t.transpose(0, 3), std::invalid_argument);
+  EXPECT_THROW(t.transpose(-4, 0), std::invalid_argument);
+}
+
 TEST(Tensor, SliceIsAViewAndCopiesAreContiguous) {
   std::vector<float> v(24);
   for (int k = 0; k < 24; ++k) v[k] = static_cast<float>(k);
