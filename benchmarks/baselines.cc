@@ -52,8 +52,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace posbias::bench {
 
@@ -94,6 +97,22 @@ float stream_read(const void* src, std::size_t bytes) {
   return total;
 }
 void store_fill(void* dst, std::size_t bytes) { fill(dst, bytes, false); }
+
+double sgemm_gflops(int n, int repetitions) {
+  const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  std::vector<float> a(count), b(count), c(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    a[k] = static_cast<float>(k % 17) * 0.01f;
+    b[k] = static_cast<float>(k % 13) * 0.02f;
+  }
+  const auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
+                b.data(), n, 0.0f, c.data(), n);
+  };
+  const auto t = time_interleaved({run}, 1, repetitions);
+  const double flops = 2.0 * static_cast<double>(n) * n * n;
+  return flops / (median(t[0]) * 1e-3) / 1e9;
+}
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;

@@ -20,6 +20,11 @@ void stream_fill(void* dst, std::size_t bytes);
 // Returns a value derived from the data so the reads cannot be elided.
 float stream_read(const void* src, std::size_t bytes);
 
+// OpenBLAS sgemm on square n x n float32 matrices (C = A B), the GEMM
+// roofline an attention kernel is judged against: GFLOP/s (2 n^3 per call),
+// median of `repetitions` calls after one warm-up.
+double sgemm_gflops(int n, int repetitions);
+
 // The same with ordinary stores (what a fill of cache-resident data costs).
 void store_fill(void* dst, std::size_t bytes);
 

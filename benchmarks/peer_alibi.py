@@ -6,6 +6,7 @@ Usage: python3 peer_alibi.py --heads 16 --total-heads 16 -n 4096 --reps 5
 """
 import argparse
 import json
+import os
 import math
 import statistics
 import time
@@ -42,6 +43,8 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dtype", default="float32")
     a = p.parse_args()
+    # Debian's torch starts with one thread here; use every core, as posbias does.
+    torch.set_num_threads(os.cpu_count() or 1)
     total = a.total_heads or a.heads
     dtype = getattr(torch, a.dtype)
     m = slopes(a.heads)

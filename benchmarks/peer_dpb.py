@@ -6,6 +6,7 @@ Usage: python3 peer_dpb.py --dim 64 --heads 8 -n 4096 --backward-n 2048 --reps 3
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -45,6 +46,8 @@ def main():
     p.add_argument("--backward-n", type=int, default=2048)
     p.add_argument("--reps", type=int, default=3)
     a = p.parse_args()
+    # Debian's torch starts with one thread here; use every core, as posbias does.
+    torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(0)
     m = DynamicPositionBias(a.dim, a.heads)
 
