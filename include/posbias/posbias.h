@@ -14,6 +14,7 @@
 #define POSBIAS_POSBIAS_H_
 
 #include "posbias/alibi.h"
+#include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
 #include "posbias/safetensors.h"

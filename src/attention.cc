@@ -1,0 +1,299 @@
+// Front functions of attention: argument checks, output sizing, bias
+// preparation, dispatch to the fused kernel (kernels/attention_fused.cc),
+// and the plain reference path.
+#include "posbias/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checks.h"
+#include "kernels/attention_fused.h"
+
+namespace posbias {
+
+AttentionBias AttentionBias::none() { return AttentionBias{}; }
+
+AttentionBias AttentionBias::alibi(std::vector<float> slopes) {
+  AttentionBias b;
+  b.kind = AttentionBiasKind::kAlibi;
+  b.slopes = std::move(slopes);
+  return b;
+}
+
+AttentionBias AttentionBias::distance_table(Tensor table) {
+  AttentionBias b;
+  b.kind = AttentionBiasKind::kDistanceTable;
+  b.table = std::move(table);
+  return b;
+}
+
+AttentionBias AttentionBias::dense_bias(Tensor bias) {
+  AttentionBias b;
+  b.kind = AttentionBiasKind::kDense;
+  b.dense = std::move(bias);
+  return b;
+}
+
+namespace {
+
+using detail::shape_string;
+
+// Everything the two paths share, after the checks.
+struct Prepared {
+  std::int64_t b = 0, h = 0, hk = 0, i = 0, j = 0, d = 0;
+  float scale = 1.0f;
+  std::int64_t dense_stride[4] = {};  // broadcast strides of the dense bias
+};
+
+std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return "q " + shape_string(q.shape()) + ", k " + shape_string(k.shape()) + ", v " +
+         shape_string(v.shape());
+}
+
+[[noreturn]] void fail(const char* who, const std::string& what, const Tensor& q,
+                       const Tensor& k, const Tensor& v) {
+  throw std::invalid_argument(std::string(who) + ": " + what + " (" + shapes_of(q, k, v) + ")");
+}
+
+Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
+               const AttentionBias& bias, const AttentionOptions& options) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
+    fail(who, "q must be [b, h, i, d] and k, v [b, hk, j, d] (4-d)", q, k, v);
+  }
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+    fail(who,
+         "q, k and v must have one dtype, got " + dtype_name(q.dtype()) + ", " +
+             dtype_name(k.dtype()) + ", " + dtype_name(v.dtype()),
+         q, k, v);
+  }
+  if (k.shape() != v.shape()) fail(who, "k and v must have the same shape", q, k, v);
+  Prepared p;
+  p.b = q.size(0);
+  p.h = q.size(1);
+  p.i = q.size(2);
+  p.d = q.size(3);
+  p.hk = k.size(1);
+  p.j = k.size(2);
+  if (k.size(0) != p.b) fail(who, "q and k must have the same batch size", q, k, v);
+  if (k.size(3) != p.d) fail(who, "q and k must have the same head dimension d", q, k, v);
+  if (p.d < 1) fail(who, "d must be >= 1, got " + std::to_string(p.d), q, k, v);
+  if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
+    fail(who,
+         "the query heads h = " + std::to_string(p.h) +
+             " must be a multiple of the key/value heads hk = " + std::to_string(p.hk),
+         q, k, v);
+  }
+  if (p.hk == 0) p.hk = 1;  // h == 0: nothing to compute
+  const float scale =
+      options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
+  if (!std::isfinite(scale)) {
+    fail(who, "scale must be finite, got " + std::to_string(scale), q, k, v);
+  }
+  p.scale = scale;
+  switch (bias.kind) {
+    case AttentionBiasKind::kNone:
+      break;
+    case AttentionBiasKind::kAlibi:
+      if (static_cast<std::int64_t>(bias.slopes.size()) != p.h) {
+        fail(who,
+             "ALiBi needs one slope per query head: got " + std::to_string(bias.slopes.size()) +
+                 " slopes for h = " + std::to_string(p.h),
+             q, k, v);
+      }
+      detail::check_finite_slopes(who, bias.slopes);
+      break;
+    case AttentionBiasKind::kDistanceTable: {
+      const Tensor& t = bias.table;
+      const std::string tshape = "table " + shape_string(t.shape());
+      if (t.dtype() != DType::kFloat32 || t.dim() != 2 || t.size(0) != p.h ||
+          t.size(1) < 2 * p.j - 1) {
+        fail(who,
+             "the distance table must be float32 [h, >= 2j - 1] = [" + std::to_string(p.h) +
+                 ", >= " + std::to_string(std::max<std::int64_t>(0, 2 * p.j - 1)) + "], got " +
+                 dtype_name(t.dtype()) + " " + tshape,
+             q, k, v);
+      }
+      if (!options.causal && p.i > p.j && p.j > 0) {
+        fail(who,
+             "a distance table covers query positions 0..j-1 only: non-causal attention "
+             "needs i <= j, got i = " +
+                 std::to_string(p.i) + ", j = " + std::to_string(p.j),
+             q, k, v);
+      }
+      break;
+    }
+    case AttentionBiasKind::kDense: {
+      const Tensor& t = bias.dense;
+      const std::vector<std::int64_t> target = {p.b, p.h, p.i, p.j};
+      const std::string msg = "the dense bias " + shape_string(t.shape()) + " (" +
+                              dtype_name(t.dtype()) +
+                              ") must be float32 and broadcastable to [b, h, i, j] = " +
+                              shape_string(target);
+      if (t.dtype() != DType::kFloat32 || t.dim() > 4) fail(who, msg, q, k, v);
+      const std::int64_t lead = 4 - t.dim();
+      for (std::int64_t x = 0; x < 4; ++x) {
+        if (x < lead) continue;  // missing leading dimension: broadcast
+        const std::int64_t e = t.size(x - lead);
+        if (e == target[static_cast<std::size_t>(x)]) {
+          p.dense_stride[x] = t.strides()[static_cast<std::size_t>(x - lead)];
+        } else if (e != 1) {
+          fail(who, msg, q, k, v);
+        }
+      }
+      break;
+    }
+  }
+  return p;
+}
+
+const std::int64_t* strides4(const Tensor& t) { return t.strides().data(); }
+
+}  // namespace
+
+Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionBias& bias, const AttentionOptions& options) {
+  const Prepared pr = check("attention_forward", q, k, v, bias, options);
+  Tensor out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
+  if (out.numel() == 0) return out;
+
+  detail::FusedAttentionParams p;
+  p.dtype = q.dtype();
+  p.q = q.raw_data();
+  p.k = k.raw_data();
+  p.v = v.raw_data();
+  std::copy_n(strides4(q), 4, p.q_stride);
+  std::copy_n(strides4(k), 4, p.k_stride);
+  std::copy_n(strides4(v), 4, p.v_stride);
+  p.b = pr.b;
+  p.h = pr.h;
+  p.hk = pr.hk;
+  p.i = pr.i;
+  p.j = pr.j;
+  p.d = pr.d;
+  p.scale = pr.scale;
+  p.causal = options.causal;
+  p.out = out.raw_mutable_data();
+  std::vector<float> rtable;
+  switch (bias.kind) {
+    case AttentionBiasKind::kNone:
+      p.bias = detail::FusedBias::kNone;
+      break;
+    case AttentionBiasKind::kAlibi:
+      p.bias = detail::FusedBias::kAlibi;
+      p.slopes = bias.slopes.data();
+      break;
+    case AttentionBiasKind::kDistanceTable: {
+      // Reversed once per head, so that a row's window reads forwards; the
+      // padding covers the vector tail of the last block (at most one vector
+      // of 16 floats is read past the 2j - 1 entries).
+      p.bias = detail::FusedBias::kTable;
+      const std::int64_t len = std::max<std::int64_t>(0, 2 * pr.j - 1);
+      p.rtable_stride = len + 64;
+      rtable.assign(static_cast<std::size_t>(pr.h * p.rtable_stride), 0.0f);
+      const float* t = bias.table.data<float>();
+      const std::int64_t s0 = bias.table.strides()[0];
+      const std::int64_t s1 = bias.table.strides()[1];
+      for (std::int64_t hh = 0; hh < pr.h; ++hh) {
+        float* dst = rtable.data() + hh * p.rtable_stride;
+        for (std::int64_t e = 0; e < len; ++e) dst[e] = t[hh * s0 + (len - 1 - e) * s1];
+      }
+      p.rtable = rtable.data();
+      break;
+    }
+    case AttentionBiasKind::kDense:
+      p.bias = detail::FusedBias::kDense;
+      p.dense = bias.dense.data<float>();
+      std::copy_n(pr.dense_stride, 4, p.dense_stride);
+      break;
+  }
+  detail::fused_attention(p);
+  return out;
+}
+
+Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionBias& bias, const AttentionOptions& options) {
+  const Prepared pr = check("attention_reference", q, k, v, bias, options);
+  if (pr.b * pr.h * pr.i * pr.d == 0) return Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
+  Tensor outf = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, DType::kFloat32);
+  const Tensor qf = q.to(DType::kFloat32);
+  const Tensor kf = k.to(DType::kFloat32);
+  const Tensor vf = v.to(DType::kFloat32);
+  const float* qd = qf.data<float>();
+  const float* kd = kf.data<float>();
+  const float* vd = vf.data<float>();
+  float* od = outf.mutable_data<float>();
+  const std::int64_t b = pr.b, h = pr.h, i = pr.i, j = pr.j, d = pr.d;
+  const std::int64_t group = h / pr.hk;
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::int64_t rows = b * h * i;
+#pragma omp parallel
+  {
+    std::vector<double> score(static_cast<std::size_t>(j));
+    std::vector<double> acc(static_cast<std::size_t>(d));
+#pragma omp for schedule(static)
+    for (std::int64_t flat = 0; flat < rows; ++flat) {
+      const std::int64_t r = flat % i;
+      const std::int64_t hh = (flat / i) % h;
+      const std::int64_t bb = flat / (i * h);
+      const std::int64_t kvh = hh / group;
+      const std::int64_t qpos = j - i + r;
+      const std::int64_t visible = options.causal ? std::clamp<std::int64_t>(qpos + 1, 0, j) : j;
+      const float* qrow = qd + flat * d;
+      double mx = -inf;
+      bool nan = false;
+      for (std::int64_t c = 0; c < visible; ++c) {
+        const float* krow = kd + ((bb * pr.hk + kvh) * j + c) * d;
+        double dot = 0.0;
+        for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(qrow[x]) * krow[x];
+        double s = static_cast<double>(pr.scale) * dot;
+        switch (bias.kind) {
+          case AttentionBiasKind::kNone:
+            break;
+          case AttentionBiasKind::kAlibi:
+            s -= static_cast<double>(bias.slopes[static_cast<std::size_t>(hh)]) *
+                 static_cast<double>(std::llabs(c - qpos));
+            break;
+          case AttentionBiasKind::kDistanceTable:
+            s += bias.table.data<float>()[hh * bias.table.strides()[0] +
+                                          (qpos - c + j - 1) * bias.table.strides()[1]];
+            break;
+          case AttentionBiasKind::kDense:
+            s += bias.dense.data<float>()[bb * pr.dense_stride[0] + hh * pr.dense_stride[1] +
+                                          r * pr.dense_stride[2] + c * pr.dense_stride[3]];
+            break;
+        }
+        score[static_cast<std::size_t>(c)] = s;
+        if (std::isnan(s)) nan = true;
+        mx = std::max(mx, s);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      float* orow = od + flat * d;
+      if (nan) {
+        std::fill(orow, orow + d, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      if (mx == -inf) {  // no visible key (or all masked by -inf)
+        std::fill(orow, orow + d, 0.0f);
+        continue;
+      }
+      double sum = 0.0;
+      for (std::int64_t c = 0; c < visible; ++c) {
+        const double e = std::exp(score[static_cast<std::size_t>(c)] - mx);
+        sum += e;
+        const float* vrow = vd + ((bb * pr.hk + kvh) * j + c) * d;
+        for (std::int64_t x = 0; x < d; ++x) acc[static_cast<std::size_t>(x)] += e * vrow[x];
+      }
+      for (std::int64_t x = 0; x < d; ++x) {
+        orow[x] = static_cast<float>(acc[static_cast<std::size_t>(x)] / sum);
+      }
+    }
+  }
+  return q.dtype() == DType::kFloat32 ? outf : outf.to(q.dtype());
+}
+
+}  // namespace posbias

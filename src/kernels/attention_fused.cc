@@ -1,0 +1,522 @@
+// The fused attention kernel, compiled once per instruction set by Highway
+// and chosen at run time (HWY_DYNAMIC_DISPATCH). See attention_fused.h.
+//
+// Shape of the computation (FlashAttention-2): a task owns one (batch, head,
+// query block) and walks the key blocks it can see, keeping per row a
+// running max m, a running sum l and a float32 accumulator O rescaled by
+// exp(m_old - m_new) whenever the max grows. Per key block:
+//
+//   1. pack K^T (d x block_k) and V (block_k x d) into float32 buffers
+//      (converting 16-bit inputs exactly and gathering strided rows once);
+//   2. S = (scale q) K^T with a register-tiled micro-kernel (R rows x V
+//      vectors of keys, broadcast-FMA over d);
+//   3. one pass per row adds the bias (ALiBi from the integer distance, a
+//      forward window of the reversed distance table, or the dense tensor),
+//      masks the keys the row cannot see, takes the max; a second pass
+//      forms p = exp(s - m) and its sum;
+//   4. O = alpha O + P V with a second micro-kernel (R rows x V vectors of
+//      d, broadcast-FMA over keys).
+//
+// Each row multiplies only the keys it can see (per-row key limits in step
+// 4), so a NaN in a masked value never reaches it. Causal key blocks past
+// a query block's last visible key are never visited.
+//
+// Our own micro-kernels rather than sgemm on blocks: the blocks are small
+// (64 x 128 x d), the product with V needs per-row key limits for the mask,
+// and packing already happens for the dtype conversion; this keeps the
+// library free of a BLAS dependency.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention_fused.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register tile: rows x vectors. AVX-512 has 32 vector registers, AVX2 and
+// SSE 16.
+constexpr int kRows = 4;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kVecs = 4;
+#else
+constexpr int kVecs = 2;
+#endif
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <typename T>
+HWY_INLINE float ToF(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return to_float(x);
+  }
+}
+
+// dst[0..n) = mul * src[0, stride, 2 stride, ...] as float32.
+template <typename T>
+void PackRowT(const T* src, std::int64_t stride, std::int64_t n, float mul, float* dst) {
+  if (stride == 1) {
+    for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * ToF(src[x]);
+  } else {
+    for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * ToF(src[x * stride]);
+  }
+}
+
+void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_t stride, std::int64_t n,
+             float mul, float* dst) {
+  switch (dt) {
+    case DType::kFloat32:
+      PackRowT(static_cast<const float*>(base) + offset, stride, n, mul, dst);
+      break;
+    case DType::kBFloat16:
+      PackRowT(static_cast<const bfloat16*>(base) + offset, stride, n, mul, dst);
+      break;
+    case DType::kFloat16:
+      PackRowT(static_cast<const float16*>(base) + offset, stride, n, mul, dst);
+      break;
+  }
+}
+
+void StoreRow(const float* src, std::int64_t n, float mul, DType dt, void* base,
+              std::int64_t offset) {
+  switch (dt) {
+    case DType::kFloat32: {
+      float* o = static_cast<float*>(base) + offset;
+      for (std::int64_t x = 0; x < n; ++x) o[x] = src[x] * mul;
+      break;
+    }
+    case DType::kBFloat16: {
+      bfloat16* o = static_cast<bfloat16*>(base) + offset;
+      for (std::int64_t x = 0; x < n; ++x) o[x] = to_bfloat16(src[x] * mul);
+      break;
+    }
+    case DType::kFloat16: {
+      float16* o = static_cast<float16*>(base) + offset;
+      for (std::int64_t x = 0; x < n; ++x) o[x] = to_float16(src[x] * mul);
+      break;
+    }
+  }
+}
+
+// exp(x), with every x below the float32 underflow (and -inf) giving 0;
+// NaN stays NaN.
+HWY_INLINE VF SafeExp(DF df, VF x) {
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -87.0f)), hn::Exp(df, x));
+}
+
+// S[r][x..x + V N) for rows [0, R) of q (row stride d) against kt (d rows of
+// ld floats).
+template <int R, int V>
+HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
+                       const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
+                       float* HWY_RESTRICT s, std::int64_t lds) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
+  }
+  for (std::int64_t kk = 0; kk < d; ++kk) {
+    const float* krow = kt + kk * ld + x;
+    VF kv[V];
+    for (int u = 0; u < V; ++u) kv[u] = hn::Load(df, krow + u * n);
+    for (int r = 0; r < R; ++r) {
+      const VF qv = hn::Set(df, q[r * d + kk]);
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, s + r * lds + x + u * n);
+  }
+}
+
+template <int R>
+HWY_INLINE void QKRows(DF df, const float* q, std::int64_t d, const float* kt, std::int64_t ld,
+                       std::int64_t cols, float* s, std::int64_t lds) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  std::int64_t x = 0;
+  for (; x + kVecs * n <= cols; x += kVecs * n) QKTile<R, kVecs>(df, q, d, kt, ld, x, s, lds);
+  for (; x < cols; x += n) QKTile<R, 1>(df, q, d, kt, ld, x, s, lds);
+}
+
+// O rows [0, R) (row stride ldo), columns [x, x + V N): O = alpha O + sum over
+// keys [0, keys) of P[r][c] V[c].
+template <int R, int V>
+HWY_INLINE void PVTile(DF df, const float* HWY_RESTRICT p, std::int64_t ldp,
+                       const float* HWY_RESTRICT vp, std::int64_t ldv, std::int64_t keys,
+                       const float* alpha, float* HWY_RESTRICT o, std::int64_t ldo,
+                       std::int64_t x) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    const VF a = hn::Set(df, alpha[r]);
+    for (int u = 0; u < V; ++u) acc[r][u] = hn::Mul(a, hn::Load(df, o + r * ldo + x + u * n));
+  }
+  for (std::int64_t c = 0; c < keys; ++c) {
+    VF vv[V];
+    for (int u = 0; u < V; ++u) vv[u] = hn::Load(df, vp + c * ldv + x + u * n);
+    for (int r = 0; r < R; ++r) {
+      const VF pv = hn::Set(df, p[r * ldp + c]);
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, o + r * ldo + x + u * n);
+  }
+}
+
+template <int R>
+HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp,
+                       std::int64_t dp, std::int64_t keys, const float* alpha, float* o) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  std::int64_t x = 0;
+  for (; x + kVecs * n <= dp; x += kVecs * n) {
+    PVTile<R, kVecs>(df, p, ldp, vp, dp, keys, alpha, o, dp, x);
+  }
+  for (; x < dp; x += n) PVTile<R, 1>(df, p, ldp, vp, dp, keys, alpha, o, dp, x);
+}
+
+struct Blocking {
+  std::int64_t bq, bk, splits, nqb, nkb;
+};
+
+// Per-thread buffers, 64-byte aligned.
+struct Work {
+  hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha;
+  std::vector<std::int64_t> lim;
+  Work(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
+      : row(hwy::AllocateAligned<float>(static_cast<std::size_t>(d))),
+        q(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * d))),
+        kt(hwy::AllocateAligned<float>(static_cast<std::size_t>(d * bkp))),
+        v(hwy::AllocateAligned<float>(static_cast<std::size_t>(bkp * dp))),
+        s(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * bkp))),
+        o(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * dp))),
+        m(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
+        l(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
+        alpha(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
+        lim(static_cast<std::size_t>(bq)) {}
+};
+
+// Adds the bias to row r (absolute query row qr, position qpos) of S over
+// columns [0, cols) of the block at key c0, masks columns >= lim with -inf,
+// and returns the row max.
+HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t bb,
+                             std::int64_t hh, std::int64_t qr, std::int64_t qpos, std::int64_t c0,
+                             std::int64_t cols, std::int64_t lim, float* HWY_RESTRICT s) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  // A row that sees no key of this block reads nothing (with i > j a
+  // distance-table window would start outside the table).
+  if (lim == 0) return kNegInf;
+  if (p.bias == FusedBias::kDense) {
+    const float* dr = p.dense + bb * p.dense_stride[0] + hh * p.dense_stride[1] +
+                      qr * p.dense_stride[2] + c0 * p.dense_stride[3];
+    const std::int64_t sc = p.dense_stride[3];
+    if (sc == 1) {
+      for (std::int64_t c = 0; c < lim; ++c) s[c] += dr[c];
+    } else {
+      for (std::int64_t c = 0; c < lim; ++c) s[c] += dr[c * sc];
+    }
+  }
+  VF vmax = hn::Set(df, kNegInf);
+  const VF neg_inf = hn::Set(df, kNegInf);
+  const VF iota = hn::Iota(df, 0.0f);
+  // c - qpos at the first column of the block; |value| < 2^24 keeps it exact.
+  const std::int64_t rel0 = c0 - qpos;
+  const VF neg_slope = hn::Set(df, p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f);
+  const float* window = p.bias == FusedBias::kTable
+                            ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1)
+                            : nullptr;
+  for (std::int64_t x = 0; x < cols; x += n) {
+    VF v = hn::Load(df, s + x);
+    if (p.bias == FusedBias::kAlibi) {
+      const VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0 + x)), iota);
+      v = hn::MulAdd(neg_slope, hn::Abs(dist), v);
+    } else if (p.bias == FusedBias::kTable) {
+      v = hn::Add(v, hn::LoadU(df, window + x));
+    }
+    if (x + n > lim) {
+      const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
+      v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(keep)), v, neg_inf);
+    }
+    hn::Store(v, df, s + x);
+    vmax = hn::Max(vmax, v);
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, vmax));
+}
+
+// One (batch, head, query block) over key blocks [kb0, kb1). Leaves m, l, O
+// (unnormalised) in w.
+void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb, std::int64_t hh,
+             std::int64_t qb, std::int64_t kb0, std::int64_t kb1, Work& w) {
+  const DF df;
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t d = p.d;
+  const std::int64_t dp = hwy::RoundUpTo(static_cast<std::size_t>(d), static_cast<std::size_t>(n));
+  const std::int64_t r0 = qb * bl.bq;
+  const std::int64_t br = std::min(bl.bq, p.i - r0);
+  const std::int64_t kvh = hh / (p.h / p.hk);
+
+  for (std::int64_t r = 0; r < br; ++r) {
+    PackRow(p.q, p.dtype, bb * p.q_stride[0] + hh * p.q_stride[1] + (r0 + r) * p.q_stride[2],
+            p.q_stride[3], d, p.scale, w.q.get() + r * d);
+    w.m[r] = kNegInf;
+    w.l[r] = 0.0f;
+  }
+  std::fill(w.o.get(), w.o.get() + br * dp, 0.0f);
+  const std::int64_t k_base = bb * p.k_stride[0] + kvh * p.k_stride[1];
+  const std::int64_t v_base = bb * p.v_stride[0] + kvh * p.v_stride[1];
+
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    const std::int64_t c0 = kb * bl.bk;
+    const std::int64_t bc = std::min(bl.bk, p.j - c0);
+    // Visible keys of each row in this block.
+    std::int64_t max_lim = 0;
+    for (std::int64_t r = 0; r < br; ++r) {
+      std::int64_t lim = bc;
+      if (p.causal) lim = std::clamp<std::int64_t>(p.j - p.i + r0 + r - c0 + 1, 0, bc);
+      w.lim[static_cast<std::size_t>(r)] = lim;
+      max_lim = std::max(max_lim, lim);
+    }
+    if (max_lim == 0) continue;
+    const std::int64_t cols = hwy::RoundUpTo(static_cast<std::size_t>(max_lim),
+                                             static_cast<std::size_t>(n));
+
+    // Pack K^T [d][cols] (zero columns past max_lim) and V [max_lim][dp].
+    float* kt = w.kt.get();
+    float* vp = w.v.get();
+    float* tmp = w.row.get();
+    for (std::int64_t c = 0; c < max_lim; ++c) {
+      PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
+      for (std::int64_t x = 0; x < d; ++x) kt[x * cols + c] = tmp[x];
+      float* vrow = vp + c * dp;
+      PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, vrow);
+      for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
+    }
+    for (std::int64_t x = 0; x < d; ++x) {
+      for (std::int64_t c = max_lim; c < cols; ++c) kt[x * cols + c] = 0.0f;
+    }
+
+    // S = (scale q) K^T.
+    float* s = w.s.get();
+    std::int64_t r = 0;
+    for (; r + kRows <= br; r += kRows) {
+      QKRows<kRows>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
+    }
+    for (; r < br; ++r) QKRows<1>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
+
+    // Bias, mask, online softmax.
+    for (r = 0; r < br; ++r) {
+      float* srow = s + r * cols;
+      std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
+      const std::int64_t qr = r0 + r;
+      const float row_max = BiasMaskMax(df, p, bb, hh, qr, p.j - p.i + qr, c0, cols, lim, srow);
+      const float m_old = w.m[r];
+      const float m_new = std::max(m_old, row_max);
+      if (m_new == kNegInf) {
+        // Nothing with a finite score yet: no contribution, nothing to
+        // rescale. The vector max may have dropped NaN scores (x86 max
+        // returns one operand), so look for them: they poison the row's sum.
+        for (std::int64_t c = 0; c < lim; ++c) {
+          if (std::isnan(srow[c])) w.l[r] = std::numeric_limits<float>::quiet_NaN();
+        }
+        lim = 0;
+        w.alpha[r] = 1.0f;
+        continue;
+      }
+      const float alpha = m_old == kNegInf ? 0.0f : std::exp(m_old - m_new);
+      const VF vm = hn::Set(df, m_new);
+      VF sum = hn::Zero(df);
+      const std::int64_t span =
+          hwy::RoundUpTo(static_cast<std::size_t>(lim), static_cast<std::size_t>(n));
+      for (std::int64_t x = 0; x < span; x += n) {
+        const VF e = SafeExp(df, hn::Sub(hn::Load(df, srow + x), vm));
+        hn::Store(e, df, srow + x);
+        sum = hn::Add(sum, e);
+      }
+      w.l[r] = w.l[r] * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
+      w.m[r] = m_new;
+      w.alpha[r] = alpha;
+    }
+
+    // O = alpha O + P V, each row over its own visible keys only.
+    float* o = w.o.get();
+    for (r = 0; r + kRows <= br; r += kRows) {
+      std::int64_t common = w.lim[static_cast<std::size_t>(r)];
+      for (int u = 1; u < kRows; ++u) {
+        common = std::min(common, w.lim[static_cast<std::size_t>(r + u)]);
+      }
+      PVRows<kRows>(df, s + r * cols, cols, vp, dp, common, w.alpha.get() + r, o + r * dp);
+      for (int u = 0; u < kRows; ++u) {
+        const std::int64_t rr = r + u;
+        const std::int64_t extra = w.lim[static_cast<std::size_t>(rr)] - common;
+        if (extra > 0) {
+          const float one = 1.0f;
+          PVRows<1>(df, s + rr * cols + common, cols, vp + common * dp, dp, extra, &one,
+                    o + rr * dp);
+        }
+      }
+    }
+    for (; r < br; ++r) {
+      PVRows<1>(df, s + r * cols, cols, vp, dp, w.lim[static_cast<std::size_t>(r)],
+                w.alpha.get() + r, o + r * dp);
+    }
+  }
+}
+
+void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block_k,
+         std::int64_t splits) {
+  const DF df;
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  if (p.b == 0 || p.h == 0 || p.i == 0) return;
+  const std::int64_t d = p.d;
+  const std::int64_t dp = hwy::RoundUpTo(static_cast<std::size_t>(d), static_cast<std::size_t>(n));
+  Blocking bl;
+  bl.bq = std::min(block_q, p.i);
+  bl.bk = std::max<std::int64_t>(1, std::min(block_k, p.j));
+  bl.nqb = (p.i + bl.bq - 1) / bl.bq;
+  bl.nkb = (p.j + bl.bk - 1) / bl.bk;
+  const std::int64_t bh = p.b * p.h;
+  const std::int64_t base_tasks = bh * bl.nqb;
+  const int threads = omp_get_max_threads();
+  if (splits <= 0) {
+    splits = 1;
+    if (base_tasks < threads && bl.nkb >= 2) {
+      splits = std::min<std::int64_t>(bl.nkb, (2 * threads + base_tasks - 1) / base_tasks);
+    }
+  }
+  bl.splits = std::min<std::int64_t>(std::max<std::int64_t>(splits, 1),
+                                     std::max<std::int64_t>(bl.nkb, 1));
+  const std::int64_t bkp = hwy::RoundUpTo(static_cast<std::size_t>(bl.bk), static_cast<std::size_t>(n));
+  const std::int64_t tasks = base_tasks * bl.splits;
+  // Split partial states: [tasks][bq] m and l, [tasks][bq][dp] O.
+  std::vector<float> part_m, part_l, part_o;
+  if (bl.splits > 1) {
+    part_m.assign(static_cast<std::size_t>(tasks * bl.bq), kNegInf);
+    part_l.assign(static_cast<std::size_t>(tasks * bl.bq), 0.0f);
+    part_o.assign(static_cast<std::size_t>(tasks * bl.bq * dp), 0.0f);
+  }
+  const double flops = static_cast<double>(bh) * static_cast<double>(p.i) *
+                       static_cast<double>(std::max<std::int64_t>(p.j, 1)) *
+                       static_cast<double>(d);
+  const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
+
+#pragma omp parallel if (parallel)
+  {
+    Work w(bl.bq, bkp, d, dp);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      // Largest (last) query blocks first: causal work grows with the block.
+      const std::int64_t split = t % bl.splits;
+      const std::int64_t rest = t / bl.splits;
+      const std::int64_t bhi = rest % bh;
+      const std::int64_t qb = bl.nqb - 1 - rest / bh;
+      const std::int64_t bb = bhi / p.h;
+      const std::int64_t hh = bhi % p.h;
+      const std::int64_t r0 = qb * bl.bq;
+      const std::int64_t br = std::min(bl.bq, p.i - r0);
+      std::int64_t kb_end = bl.nkb;
+      if (p.causal) {
+        const std::int64_t last = p.j - p.i + r0 + br - 1;  // last visible key of the block
+        kb_end = last < 0 ? 0 : std::min(bl.nkb, last / bl.bk + 1);
+      }
+      const std::int64_t kb0 = kb_end * split / bl.splits;
+      const std::int64_t kb1 = kb_end * (split + 1) / bl.splits;
+      RunTask(p, bl, bb, hh, qb, kb0, kb1, w);
+      if (bl.splits > 1) {
+        const std::size_t at = static_cast<std::size_t>(t * bl.bq);
+        std::copy(w.m.get(), w.m.get() + br, part_m.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(w.l.get(), w.l.get() + br, part_l.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(w.o.get(), w.o.get() + br * dp,
+                  part_o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(dp)));
+        continue;
+      }
+      for (std::int64_t r = 0; r < br; ++r) {
+        const float l = w.l[r];
+        float* orow = w.o.get() + r * dp;
+        if (l == 0.0f) std::fill(orow, orow + d, 0.0f);  // no visible key
+        StoreRow(orow, d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
+                 ((bb * p.h + hh) * p.i + r0 + r) * d);
+      }
+    }
+  }
+  if (bl.splits == 1) return;
+
+  // Merge the split states: M = max m_s, L = sum l_s e^(m_s - M),
+  // O = sum O_s e^(m_s - M) / L.
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> acc(static_cast<std::size_t>(dp));
+#pragma omp for schedule(static)
+    for (std::int64_t bt = 0; bt < base_tasks; ++bt) {
+      const std::int64_t bhi = bt % bh;
+      const std::int64_t qb = bl.nqb - 1 - bt / bh;
+      const std::int64_t r0 = qb * bl.bq;
+      const std::int64_t br = std::min(bl.bq, p.i - r0);
+      for (std::int64_t r = 0; r < br; ++r) {
+        float mx = kNegInf;
+        for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
+          mx = std::max(mx, part_m[static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r)]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float l = 0.0f;
+        for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
+          const std::size_t at = static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r);
+          if (std::isnan(part_l[at])) l = part_l[at];  // NaN scores seen, maybe no finite one
+        }
+        if (mx != kNegInf) {
+          for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
+            const std::size_t at = static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r);
+            if (part_m[at] == kNegInf) continue;  // this part saw nothing
+            const float f = std::exp(part_m[at] - mx);
+            l += part_l[at] * f;
+            const float* po = part_o.data() + at * static_cast<std::size_t>(dp);
+            for (std::int64_t x = 0; x < d; ++x) acc[static_cast<std::size_t>(x)] += f * po[x];
+          }
+        }
+        StoreRow(acc.data(), d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
+                 (bhi * p.i + r0 + r) * d);
+      }
+    }
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace posbias::detail {
+
+HWY_EXPORT(Run);
+
+void fused_attention_blocked(const FusedAttentionParams& p, std::int64_t block_q,
+                             std::int64_t block_k, std::int64_t splits) {
+  HWY_DYNAMIC_DISPATCH(Run)(p, block_q, block_k, splits);
+}
+
+void fused_attention(const FusedAttentionParams& p) {
+  fused_attention_blocked(p, 64, 128, 0);
+}
+
+}  // namespace posbias::detail
+#endif  // HWY_ONCE

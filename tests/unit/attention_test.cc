@@ -1,0 +1,481 @@
+// Attention with a positional bias: attention_reference against a naive
+// double-precision transcription of SPEC.md, the fused kernel against
+// attention_reference over many shapes on every instruction set Highway
+// compiled, the golden PyTorch vectors, bad input and NaN containment.
+#include "posbias/attention.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "posbias/slopes.h"
+#include "test_util.h"
+
+namespace posbias {
+namespace {
+
+using test::expect_throw_with;
+using test::golden_dir;
+using Json = nlohmann::json;
+using Shape = std::vector<std::int64_t>;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::int64_t n = 1;
+  for (std::int64_t e : shape) n *= e;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return Tensor::from_vector(shape, v);
+}
+
+// [b, h, len, d] data stored as [b, len, h, d] (a transposed view).
+Tensor random_bhld_strided(const Shape& shape, std::uint32_t seed) {
+  return random_tensor({shape[0], shape[2], shape[1], shape[3]}, seed).transpose(1, 2);
+}
+
+// |got - want| <= atol + rtol |want|, NaN only where want is NaN.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what, double atol, double rtol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const double a = got[k];
+    const double b = want[k];
+    if (std::isnan(b) ? !std::isnan(a) : !(std::fabs(a - b) <= atol + rtol * std::fabs(b))) {
+      FAIL() << what << ": element " << k << " is " << a << ", expected " << b;
+    }
+  }
+}
+
+// The tolerance of a result in `dtype`: the float32 one, plus one rounding
+// of a 16-bit output.
+void expect_attention_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  double rtol = 1e-4;
+  if (got.dtype() == DType::kBFloat16) rtol = 1.0 / 128;
+  if (got.dtype() == DType::kFloat16) rtol = 1.0 / 1024;
+  expect_close(got.to_float_vector(), want.to_float_vector(), what, 1e-5, rtol);
+}
+
+// SPEC.md "Attention with a positional bias", literally, in double: the full
+// [i, j] bias matrix per (b, h), masked softmax, product.
+std::vector<float> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionBias& bias, const AttentionOptions& opt) {
+  const std::int64_t b = q.size(0), h = q.size(1), i = q.size(2), d = q.size(3);
+  const std::int64_t hk = k.size(1), j = k.size(2);
+  const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<float> out(static_cast<std::size_t>(b * h * i * d), 0.0f);
+  for (std::int64_t bb = 0; bb < b; ++bb) {
+    for (std::int64_t hh = 0; hh < h; ++hh) {
+      const std::int64_t kvh = hh / (h / hk);
+      for (std::int64_t r = 0; r < i; ++r) {
+        const std::int64_t qr = j - i + r;
+        std::vector<double> s(static_cast<std::size_t>(j));
+        std::vector<bool> visible(static_cast<std::size_t>(j));
+        double mx = -INFINITY;
+        for (std::int64_t c = 0; c < j; ++c) {
+          visible[c] = !opt.causal || c <= qr;
+          double dot = 0;
+          for (std::int64_t x = 0; x < d; ++x) {
+            dot += static_cast<double>(q.at({bb, hh, r, x})) * k.at({bb, kvh, c, x});
+          }
+          double bias_value = 0;
+          switch (bias.kind) {
+            case AttentionBiasKind::kNone:
+              break;
+            case AttentionBiasKind::kAlibi:
+              bias_value = -static_cast<double>(bias.slopes[hh]) * std::fabs(double(c - qr));
+              break;
+            case AttentionBiasKind::kDistanceTable:
+              if (visible[c]) bias_value = bias.table.at({hh, (qr - c) + (j - 1)});
+              break;
+            case AttentionBiasKind::kDense: {
+              const Tensor& t = bias.dense;
+              const Shape full = {bb, hh, r, c};
+              Shape idx;
+              for (std::int64_t x = 4 - t.dim(); x < 4; ++x) {
+                idx.push_back(t.size(x - (4 - t.dim())) == 1 ? 0 : full[x]);
+              }
+              bias_value = t.at(idx);
+              break;
+            }
+          }
+          s[c] = scale * dot + bias_value;
+          if (visible[c]) mx = std::max(mx, s[c]);
+        }
+        if (mx == -INFINITY) continue;  // zeros
+        double sum = 0;
+        std::vector<double> acc(static_cast<std::size_t>(d), 0.0);
+        for (std::int64_t c = 0; c < j; ++c) {
+          if (!visible[c]) continue;
+          const double p = std::exp(s[c] - mx);
+          sum += p;
+          for (std::int64_t x = 0; x < d; ++x) acc[x] += p * v.at({bb, kvh, c, x});
+        }
+        for (std::int64_t x = 0; x < d; ++x) {
+          out[static_cast<std::size_t>(((bb * h + hh) * i + r) * d + x)] =
+              static_cast<float>(acc[x] / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct Case {
+  std::int64_t b, h, hk, i, j, d;
+  AttentionBiasKind kind;
+  bool causal;
+  DType dtype = DType::kFloat32;
+  bool strided = false;
+};
+
+std::string name_of(const Case& c) {
+  static const char* kinds[] = {"none", "alibi", "table", "dense"};
+  return "b" + std::to_string(c.b) + " h" + std::to_string(c.h) + " hk" + std::to_string(c.hk) +
+         " i" + std::to_string(c.i) + " j" + std::to_string(c.j) + " d" + std::to_string(c.d) +
+         " " + kinds[static_cast<int>(c.kind)] + (c.causal ? " causal " : " full ") +
+         dtype_name(c.dtype) + (c.strided ? " strided" : "");
+}
+
+AttentionBias make_bias(const Case& c, std::uint32_t seed) {
+  switch (c.kind) {
+    case AttentionBiasKind::kNone:
+      return AttentionBias::none();
+    case AttentionBiasKind::kAlibi:
+      return AttentionBias::alibi(alibi_slopes(c.h));
+    case AttentionBiasKind::kDistanceTable: {
+      // Longer than 2j - 1, and strided (a transposed [n, h] buffer).
+      const std::int64_t n = std::max<std::int64_t>(1, 2 * c.j - 1) + 3;
+      return AttentionBias::distance_table(random_tensor({n, c.h}, seed, -2, 2).transpose(0, 1));
+    }
+    case AttentionBiasKind::kDense: {
+      // Broadcast over the batch, with some -inf entries (a padding mask).
+      Tensor t = random_tensor({c.h, c.i, c.j}, seed, -2, 2);
+      float* p = t.mutable_data<float>();
+      for (std::int64_t x = 0; x < t.numel(); x += 7) p[x] = -kInf;
+      return AttentionBias::dense_bias(t);
+    }
+  }
+  return AttentionBias::none();
+}
+
+struct Inputs {
+  Tensor q, k, v;
+  AttentionBias bias;
+  AttentionOptions opt;
+};
+
+Inputs make_inputs(const Case& c, std::uint32_t seed) {
+  Inputs in;
+  const Shape qs = {c.b, c.h, c.i, c.d}, ks = {c.b, c.hk, c.j, c.d};
+  in.q = c.strided ? random_bhld_strided(qs, seed) : random_tensor(qs, seed);
+  in.k = c.strided ? random_bhld_strided(ks, seed + 1) : random_tensor(ks, seed + 1);
+  in.v = c.strided ? random_bhld_strided(ks, seed + 2) : random_tensor(ks, seed + 2);
+  if (c.dtype != DType::kFloat32) {
+    in.q = in.q.to(c.dtype);
+    in.k = in.k.to(c.dtype);
+    in.v = in.v.to(c.dtype);
+  }
+  in.bias = make_bias(c, seed + 3);
+  in.opt.causal = c.causal;
+  return in;
+}
+
+constexpr AttentionBiasKind kKinds[] = {AttentionBiasKind::kNone, AttentionBiasKind::kAlibi,
+                                        AttentionBiasKind::kDistanceTable,
+                                        AttentionBiasKind::kDense};
+
+// ------------------------------------------------------------ reference
+
+TEST(AttentionReference, MatchesTheSpecFormula) {
+  std::uint32_t seed = 1;
+  for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {1, 5}, {3, 7}, {5, 5}, {6, 2}}) {
+    for (AttentionBiasKind kind : kKinds) {
+      for (bool causal : {false, true}) {
+        if (kind == AttentionBiasKind::kDistanceTable && !causal && i > j) continue;
+        const Case c{2, 6, 2, i, j, 5, kind, causal};
+        const Inputs in = make_inputs(c, seed += 10);
+        const Tensor ref = attention_reference(in.q, in.k, in.v, in.bias, in.opt);
+        expect_close(ref.to_float_vector(), naive_attention(in.q, in.k, in.v, in.bias, in.opt),
+                     name_of(c), 1e-6, 1e-5);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------- fused vs reference
+
+void check_fused(const std::vector<Case>& cases) {
+  int targets = 0;
+  std::uint32_t seed = 100;
+  std::vector<Inputs> inputs;
+  std::vector<Tensor> refs;
+  for (const Case& c : cases) {
+    inputs.push_back(make_inputs(c, seed += 10));
+    const Inputs& in = inputs.back();
+    refs.push_back(attention_reference(in.q, in.k, in.v, in.bias, in.opt));
+  }
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    ++targets;
+    for (std::size_t x = 0; x < cases.size(); ++x) {
+      const Inputs& in = inputs[x];
+      const Tensor got = attention_forward(in.q, in.k, in.v, in.bias, in.opt);
+      expect_attention_close(got, refs[x],
+                             std::string(hwy::TargetName(target)) + " " + name_of(cases[x]));
+      if (::testing::Test::HasFailure()) break;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(targets, 2);
+}
+
+TEST(AttentionFused, SmallShapesFullCrossProduct) {
+  std::vector<Case> cases;
+  for (std::int64_t i : {1, 2, 5}) {
+    for (std::int64_t j : {1, 2, 5}) {
+      for (std::int64_t d : {1, 8}) {
+        for (AttentionBiasKind kind : kKinds) {
+          for (bool causal : {false, true}) {
+            if (kind == AttentionBiasKind::kDistanceTable && !causal && i > j) continue;
+            cases.push_back({1, 3, 1, i, j, d, kind, causal});
+          }
+        }
+      }
+    }
+  }
+  check_fused(cases);
+}
+
+TEST(AttentionFused, BlockBoundariesHeadsAndGroups) {
+  std::vector<Case> cases;
+  const std::int64_t ds[] = {64, 80, 128, 8, 1};
+  const std::pair<std::int64_t, std::int64_t> heads[] = {{1, 1}, {3, 3}, {8, 2}, {12, 4}};
+  int n = 0;
+  for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{63, 63}, {64, 64}, {65, 65},
+                      {63, 130}, {65, 129}, {130, 65}, {2, 65}}) {
+    for (AttentionBiasKind kind : kKinds) {
+      for (bool causal : {false, true}) {
+        if (kind == AttentionBiasKind::kDistanceTable && !causal && i > j) continue;
+        const auto [h, hk] = heads[n % 4];
+        cases.push_back({1 + n % 2, h, hk, i, j, ds[n % 5], kind, causal});
+        ++n;
+      }
+    }
+  }
+  check_fused(cases);
+}
+
+TEST(AttentionFused, LongSequencesDecodeAndChunkedPrefill) {
+  std::vector<Case> cases;
+  for (AttentionBiasKind kind : kKinds) {
+    for (bool causal : {false, true}) {
+      cases.push_back({1, 2, 1, 1000, 1000, 64, kind, causal});
+      cases.push_back({1, 4, 2, 1, 1000, 128, kind, causal});   // decode
+      cases.push_back({2, 3, 3, 4, 1000, 80, kind, causal});    // short chunk
+      cases.push_back({1, 1, 1, 65, 1000, 64, kind, causal});   // chunked prefill
+      if (causal || kind != AttentionBiasKind::kDistanceTable) {
+        cases.push_back({1, 1, 1, 1000, 63, 8, kind, causal});  // i > j
+      }
+    }
+  }
+  check_fused(cases);
+}
+
+TEST(AttentionFused, StridedAnd16BitInputs) {
+  std::vector<Case> cases;
+  int n = 0;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (AttentionBiasKind kind : kKinds) {
+      for (bool causal : {false, true}) {
+        cases.push_back({2, 4, 2, 70, 140 - 70 * (n % 2), 64, kind, causal, dtype, true});
+        cases.push_back({1, 3, 1, 1, 200, 8, kind, causal, dtype, n % 2 == 0});
+        ++n;
+      }
+    }
+  }
+  check_fused(cases);
+}
+
+TEST(AttentionFused, ResultsDoNotDependOnTheThreadCount) {
+  // Few (b, h, query block) tasks: the keys are split across threads.
+  const Case c{1, 1, 1, 3, 3000, 64, AttentionBiasKind::kAlibi, true};
+  const Inputs in = make_inputs(c, 7);
+  const Tensor ref = attention_reference(in.q, in.k, in.v, in.bias, in.opt);
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    expect_attention_close(attention_forward(in.q, in.k, in.v, in.bias, in.opt), ref,
+                           "threads " + std::to_string(threads));
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(AttentionFused, RowsThatSeeNoKeyAreZero) {
+  const Case c{1, 2, 1, 6, 3, 4, AttentionBiasKind::kAlibi, true};
+  const Inputs in = make_inputs(c, 3);
+  const std::vector<float> out = attention_forward(in.q, in.k, in.v, in.bias, in.opt).to_float_vector();
+  for (std::int64_t hh = 0; hh < 2; ++hh) {
+    for (std::int64_t r = 0; r < 3; ++r) {  // q_r = r - 3 < 0
+      for (std::int64_t x = 0; x < 4; ++x) EXPECT_EQ(out[(hh * 6 + r) * 4 + x], 0.0f);
+    }
+  }
+  // A dense bias of -inf everywhere masks every key too.
+  const Tensor all_masked = Tensor::full({1, 1}, -kInf);
+  for (float x : attention_forward(in.q, in.k, in.v, AttentionBias::dense_bias(all_masked))
+                     .to_float_vector()) {
+    EXPECT_EQ(x, 0.0f);
+  }
+  // Empty key set.
+  const Tensor k0 = Tensor::empty({1, 1, 0, 4}, DType::kFloat32);
+  for (float x : attention_forward(in.q, k0, k0).to_float_vector()) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(AttentionFused, NaNStaysInTheRowsItTouches) {
+  const std::int64_t i = 70, j = 70, d = 16;
+  Tensor q = random_tensor({1, 1, i, d}, 1);
+  Tensor k = random_tensor({1, 1, j, d}, 2);
+  Tensor v = random_tensor({1, 1, j, d}, 3);
+  q.mutable_data<float>()[5 * d + 3] = NAN;   // query row 5
+  v.mutable_data<float>()[40 * d + 1] = NAN;  // value of key 40: causal rows >= 40
+  AttentionOptions opt;
+  opt.causal = true;
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::vector<float> out =
+        attention_forward(q, k, v, AttentionBias::alibi({0.5f}), opt).to_float_vector();
+    for (std::int64_t r = 0; r < i; ++r) {
+      bool any_nan = false;
+      for (std::int64_t x = 0; x < d; ++x) any_nan |= std::isnan(out[r * d + x]);
+      EXPECT_EQ(any_nan, r == 5 || r >= 40) << hwy::TargetName(target) << " row " << r;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  // Decode with the keys split across threads: a NaN query stays NaN.
+  Tensor q1 = random_tensor({1, 1, 2, d}, 4);
+  q1.mutable_data<float>()[d + 2] = NAN;  // row 1 only
+  const Tensor k1 = random_tensor({1, 1, 3000, d}, 5);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(4);
+  const std::vector<float> out1 = attention_forward(q1, k1, k1).to_float_vector();
+  omp_set_num_threads(saved);
+  for (std::int64_t x = 0; x < d; ++x) {
+    EXPECT_FALSE(std::isnan(out1[x]));
+    EXPECT_TRUE(std::isnan(out1[d + x]));
+  }
+}
+
+TEST(AttentionFused, ExplicitScaleAndLongAlibiDistances) {
+  // Large slope * distance: the per-element distance form keeps float32
+  // accuracy where "+slope * c" would round the scores.
+  const Case c{1, 2, 2, 2, 20000, 16, AttentionBiasKind::kAlibi, true};
+  Inputs in = make_inputs(c, 11);
+  in.bias = AttentionBias::alibi({0.5f, 0.001f});
+  in.opt.scale = 0.3f;
+  expect_attention_close(attention_forward(in.q, in.k, in.v, in.bias, in.opt),
+                         attention_reference(in.q, in.k, in.v, in.bias, in.opt), "long alibi");
+}
+
+// --------------------------------------------------------------- golden
+
+TEST(AttentionGolden, MatchesPyTorch) {
+  const std::string dir = golden_dir();
+  if (dir.empty()) GTEST_SKIP() << "no golden.json found";
+  std::ifstream file(dir + "/golden.json");
+  const Json doc = Json::parse(file);
+  auto tensor_of = [](const Json& t) {
+    return Tensor::from_vector(t.at("shape").get<Shape>(), t.at("data").get<std::vector<float>>());
+  };
+  int n = 0;
+  for (const Json& c : doc.at("cases")) {
+    if (c.at("kind") != "attention") continue;
+    ++n;
+    const Tensor q = tensor_of(c.at("q")), k = tensor_of(c.at("k")), v = tensor_of(c.at("v"));
+    AttentionOptions opt;
+    opt.causal = c.at("causal").get<bool>();
+    opt.scale = c.at("scale").get<float>();
+    const Json& b = c.at("bias");
+    const std::string type = b.at("type");
+    AttentionBias bias;
+    if (type == "alibi") {
+      bias = AttentionBias::alibi(b.at("slopes").get<std::vector<float>>());
+    } else if (type == "distance_table") {
+      bias = AttentionBias::distance_table(tensor_of(b.at("table")));
+    } else {
+      ASSERT_EQ(type, "none");
+    }
+    const std::vector<float> want = c.at("out").at("data").get<std::vector<float>>();
+    const std::string what = "golden attention case " + std::to_string(n) + " (" + type + ")";
+    expect_close(attention_forward(q, k, v, bias, opt).to_float_vector(), want, what, 1e-5, 1e-4);
+    expect_close(attention_reference(q, k, v, bias, opt).to_float_vector(), want,
+                 what + " reference", 1e-5, 1e-4);
+  }
+  EXPECT_GE(n, 7);
+}
+
+// ------------------------------------------------------------ bad input
+
+TEST(Attention, BadInputThrowsWithTheShapes) {
+  const Tensor q = random_tensor({1, 4, 3, 8}, 1);
+  const Tensor k = random_tensor({1, 2, 5, 8}, 2);
+  using E = std::invalid_argument;
+  auto fwd = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv,
+                 const AttentionBias& bias = AttentionBias::none(), AttentionOptions opt = {}) {
+    return [=] { attention_forward(qq, kk, vv, bias, opt); };
+  };
+  expect_throw_with<E>(fwd(q, k, random_tensor({1, 2, 6, 8}, 3)), "v [1, 2, 6, 8]");
+  expect_throw_with<E>(fwd(q, random_tensor({1, 2, 5, 7}, 3), random_tensor({1, 2, 5, 7}, 3)),
+                       "k [1, 2, 5, 7]");
+  expect_throw_with<E>(fwd(q, random_tensor({1, 3, 5, 8}, 3), random_tensor({1, 3, 5, 8}, 3)),
+                       "hk = 3");
+  expect_throw_with<E>(fwd(q, random_tensor({2, 2, 5, 8}, 3), random_tensor({2, 2, 5, 8}, 3)),
+                       "q [1, 4, 3, 8], k [2, 2, 5, 8]");
+  expect_throw_with<E>(fwd(random_tensor({4, 3, 8}, 1), k, k), "q [4, 3, 8]");
+  const Tensor q0 = Tensor::empty({1, 4, 3, 0}, DType::kFloat32);
+  const Tensor k0 = Tensor::empty({1, 2, 5, 0}, DType::kFloat32);
+  expect_throw_with<E>(fwd(q0, k0, k0), "d must be >= 1, got 0");
+  expect_throw_with<E>(fwd(q, k.to(DType::kBFloat16), k), "bfloat16");
+  AttentionOptions nan_scale;
+  nan_scale.scale = NAN;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), nan_scale), "scale must be finite");
+  AttentionOptions inf_scale;
+  inf_scale.scale = kInf;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), inf_scale), "q [1, 4, 3, 8]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, 3})), "got 3 slopes for h = 4");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, NAN, 3})), "nan");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({4, 8}, 4))),
+                       "table [4, 8]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({3, 9}, 4))),
+                       ">= 9");
+  expect_throw_with<E>(
+      fwd(random_tensor({1, 2, 6, 8}, 1), random_tensor({1, 2, 5, 8}, 2),
+          random_tensor({1, 2, 5, 8}, 2), AttentionBias::distance_table(random_tensor({2, 9}, 4))),
+      "needs i <= j");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({2, 3, 5}, 4))),
+                       "[2, 3, 5]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({1, 1, 1, 3, 5}, 4))),
+                       "[1, 1, 1, 3, 5]");
+  expect_throw_with<E>(
+      fwd(q, k, k, AttentionBias::dense_bias(random_tensor({3, 5}, 4).to(DType::kFloat16))),
+      "float16");
+  // The reference checks the same way.
+  EXPECT_THROW(attention_reference(q, k, k, AttentionBias::alibi({1})), E);
+}
+
+}  // namespace
+}  // namespace posbias
