@@ -118,10 +118,16 @@ void StoreRow(const float* src, std::int64_t n, float mul, DType dt, void* base,
   }
 }
 
-// exp(x), with every x below the float32 underflow (and -inf) giving 0;
-// NaN stays NaN.
+// exp(x) for x = score - row max <= 0, flushed to 0 below -40 (and for
+// -inf); NaN stays NaN. Every row has one term exp(0) = 1, so terms below
+// e^-40 = 4e-18 change neither the sum nor the output in float32; flushing
+// them keeps subnormal numbers (which x86 handles in microcode at ~100
+// cycles each) out of Exp and out of the P V products, where far-away ALiBi
+// keys (x around -1000) would otherwise produce them all the time.
 HWY_INLINE VF SafeExp(DF df, VF x) {
-  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -87.0f)), hn::Exp(df, x));
+  const VF lo = hn::Set(df, -40.0f);
+  const auto under = hn::Lt(x, lo);
+  return hn::IfThenZeroElse(under, hn::Exp(df, hn::IfThenElse(under, lo, x)));
 }
 
 // S[r][x..x + V N) for rows [0, R) of q (row stride d) against kt (d rows of
@@ -194,6 +200,41 @@ HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp,
   }
   for (; x < dp; x += n) PVTile<R, 1>(df, p, ldp, vp, dp, keys, alpha, o, dp, x);
 }
+
+// Few query rows (decode): S[r][c] = q_r . k_c as dot products over
+// contiguous key rows, so nothing is transposed. q rows have stride d.
+template <int R>
+HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
+                          const float* HWY_RESTRICT krow, float* s, std::int64_t lds) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  std::int64_t x = 0;
+  for (; x + n <= d; x += n) {
+    const VF kv = hn::LoadU(df, krow + x);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * d + x), kv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * krow[y];
+    s[r * lds] = sum;
+  }
+}
+
+// o[0..d) = o * alpha + p * vrow (o padded to whole vectors).
+HWY_INLINE void AxpyRow(DF df, float p, const float* HWY_RESTRICT vrow, std::int64_t d,
+                        float* HWY_RESTRICT o) {
+  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
+  const VF pv = hn::Set(df, p);
+  std::int64_t x = 0;
+  for (; x + n <= d; x += n) {
+    hn::Store(hn::MulAdd(pv, hn::LoadU(df, vrow + x), hn::Load(df, o + x)), df, o + x);
+  }
+  for (; x < d; ++x) o[x] += p * vrow[x];
+}
+
+// Rows at or below this count use the direct (dot product) path.
+constexpr std::int64_t kDirectRows = 4;
 
 struct Blocking {
   std::int64_t bq, bk, splits, nqb, nkb;
@@ -284,6 +325,9 @@ void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb,
   std::fill(w.o.get(), w.o.get() + br * dp, 0.0f);
   const std::int64_t k_base = bb * p.k_stride[0] + kvh * p.k_stride[1];
   const std::int64_t v_base = bb * p.v_stride[0] + kvh * p.v_stride[1];
+  const bool direct = br <= kDirectRows;
+  const bool k_direct = p.dtype == DType::kFloat32 && p.k_stride[3] == 1;
+  const bool v_direct = p.dtype == DType::kFloat32 && p.v_stride[3] == 1;
 
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t c0 = kb * bl.bk;
@@ -300,28 +344,46 @@ void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb,
     const std::int64_t cols = hwy::RoundUpTo(static_cast<std::size_t>(max_lim),
                                              static_cast<std::size_t>(n));
 
-    // Pack K^T [d][cols] (zero columns past max_lim) and V [max_lim][dp].
+    float* s = w.s.get();
     float* kt = w.kt.get();
     float* vp = w.v.get();
     float* tmp = w.row.get();
-    for (std::int64_t c = 0; c < max_lim; ++c) {
-      PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
-      for (std::int64_t x = 0; x < d; ++x) kt[x * cols + c] = tmp[x];
-      float* vrow = vp + c * dp;
-      PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, vrow);
-      for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
-    }
-    for (std::int64_t x = 0; x < d; ++x) {
-      for (std::int64_t c = max_lim; c < cols; ++c) kt[x * cols + c] = 0.0f;
-    }
-
-    // S = (scale q) K^T.
-    float* s = w.s.get();
     std::int64_t r = 0;
-    for (; r + kRows <= br; r += kRows) {
-      QKRows<kRows>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
+    if (direct) {
+      // S by dot products over key rows, read in place when they are
+      // contiguous float32 (decode reads each key once, at memory speed).
+      for (std::int64_t c = 0; c < max_lim; ++c) {
+        const float* krow = tmp;
+        if (k_direct) {
+          krow = static_cast<const float*>(p.k) + k_base + (c0 + c) * p.k_stride[2];
+        } else {
+          PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
+        }
+        switch (br) {
+          case 1: QKDotRows<1>(df, w.q.get(), d, krow, s + c, cols); break;
+          case 2: QKDotRows<2>(df, w.q.get(), d, krow, s + c, cols); break;
+          case 3: QKDotRows<3>(df, w.q.get(), d, krow, s + c, cols); break;
+          default: QKDotRows<4>(df, w.q.get(), d, krow, s + c, cols); break;
+        }
+      }
+    } else {
+      // Pack K^T [d][cols] (zero columns past max_lim) and V [max_lim][dp].
+      for (std::int64_t c = 0; c < max_lim; ++c) {
+        PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
+        for (std::int64_t x = 0; x < d; ++x) kt[x * cols + c] = tmp[x];
+        float* vrow = vp + c * dp;
+        PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, vrow);
+        for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
+      }
+      for (std::int64_t x = 0; x < d; ++x) {
+        for (std::int64_t c = max_lim; c < cols; ++c) kt[x * cols + c] = 0.0f;
+      }
+      // S = (scale q) K^T.
+      for (; r + kRows <= br; r += kRows) {
+        QKRows<kRows>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
+      }
+      for (; r < br; ++r) QKRows<1>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
     }
-    for (; r < br; ++r) QKRows<1>(df, w.q.get() + r * d, d, kt, cols, cols, s + r * cols, cols);
 
     // Bias, mask, online softmax.
     for (r = 0; r < br; ++r) {
@@ -359,6 +421,26 @@ void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb,
 
     // O = alpha O + P V, each row over its own visible keys only.
     float* o = w.o.get();
+    if (direct) {
+      for (r = 0; r < br; ++r) {
+        const float a = w.alpha[r];
+        if (a != 1.0f) {
+          for (std::int64_t x = 0; x < d; ++x) o[r * dp + x] *= a;
+        }
+      }
+      for (std::int64_t c = 0; c < max_lim; ++c) {
+        const float* vrow = tmp;
+        if (v_direct) {
+          vrow = static_cast<const float*>(p.v) + v_base + (c0 + c) * p.v_stride[2];
+        } else {
+          PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, tmp);
+        }
+        for (r = 0; r < br; ++r) {
+          if (c < w.lim[static_cast<std::size_t>(r)]) AxpyRow(df, s[r * cols + c], vrow, d, o + r * dp);
+        }
+      }
+      continue;
+    }
     for (r = 0; r + kRows <= br; r += kRows) {
       std::int64_t common = w.lim[static_cast<std::size_t>(r)];
       for (int u = 1; u < kRows; ++u) {
