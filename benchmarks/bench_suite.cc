@@ -1,9 +1,13 @@
 #include "bench_suite.h"
 
 #include <omp.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <iomanip>
 #include <memory>
@@ -12,6 +16,7 @@
 
 #include "baselines.h"
 #include "posbias/alibi.h"
+#include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
@@ -312,6 +317,170 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   return out;
 }
 
+// Deterministic pseudo-random values in [-1, 1) (a 64-bit LCG).
+Tensor random_tensor(const std::vector<std::int64_t>& shape, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  float* p = t.mutable_data<float>();
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::int64_t k = 0; k < t.numel(); ++k) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    p[k] = static_cast<float>(static_cast<double>(x >> 40) * 0x1p-23 - 1.0);
+  }
+  return t;
+}
+
+struct AttentionInputs {
+  Tensor q, k, v;
+};
+
+AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
+                                 std::int64_t d) {
+  return {random_tensor({1, h, i, d}, 1), random_tensor({1, hk, j, d}, 2),
+          random_tensor({1, hk, j, d}, 3)};
+}
+
+// Peak resident memory of attention at [1, h, n, n, d] (causal ALiBi), run
+// in a child process so that nothing else this process holds counts.
+// Returns {peak bytes above the child's starting RSS, bytes of q, k, v, out}.
+std::pair<double, double> attention_peak_memory(std::int64_t h, std::int64_t n, std::int64_t d) {
+  const double io = 4.0 * static_cast<double>(h * n * d) * sizeof(float);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    AttentionInputs in = attention_inputs(h, h, n, n, d);
+    AttentionOptions opt;
+    opt.causal = true;
+    Tensor out = attention_forward(in.q, in.k, in.v, AttentionBias::alibi(alibi_slopes(h)), opt);
+    _exit(out.numel() > 0 ? 0 : 1);
+  }
+  // The child's starting RSS is this process's, shared copy-on-write.
+  struct rusage self {};
+  getrusage(RUSAGE_SELF, &self);
+  int status = 0;
+  struct rusage child {};
+  if (pid < 0 || wait4(pid, &status, 0, &child) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    return {-1, io};
+  }
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  const double start = static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  return {static_cast<double>(child.ru_maxrss) * 1024.0 - start, io};
+}
+
+std::vector<CaseResult> attention_suite(const BenchOptions& o) {
+  std::vector<CaseResult> out;
+  const std::int64_t h = 16, d = 64, n = o.quick ? 512 : 2048;
+  const std::string shape = "_h16_n" + std::to_string(n) + "_d64";
+  const std::vector<float> slopes = alibi_slopes(h);
+  {
+    // Memory first, while this process is small.
+    const std::int64_t nm = o.quick ? 2048 : 16384;
+    const auto [peak, io] = attention_peak_memory(h, nm, d);
+    CaseResult r;
+    r.name = "memory_h16_n" + std::to_string(nm) + "_d64";
+    r.median_ms = 0;
+    r.extra["peak_bytes"] = peak;
+    r.extra["io_bytes"] = io;
+    r.extra["peak_over_io"] = peak / io;
+    r.baselines["io_bytes_times_1.2_plus_64MiB"] = 1.2 * io + 64.0 * (1 << 20);
+    r.note = "peak RSS of one causal ALiBi call in a child process, above its start; io = q, k, v, out";
+    out.push_back(r);
+  }
+  AttentionInputs in = attention_inputs(h, h, n, n, d);
+  Tensor dpb_table = DynamicPositionBias(16, h, 0).distance_table(n);
+  AttentionOptions causal;
+  causal.causal = true;
+  AttentionOptions noncausal;
+  const auto run = [&](const AttentionBias& b, const AttentionOptions& opt) {
+    return [&in, b, opt] { Tensor r = attention_forward(in.q, in.k, in.v, b, opt); };
+  };
+  const auto t = time_interleaved({run(AttentionBias::alibi(slopes), causal),
+                                   run(AttentionBias::none(), causal),
+                                   run(AttentionBias::distance_table(dpb_table), causal),
+                                   run(AttentionBias::alibi(slopes), noncausal)},
+                                  o.warmup, o.repetitions);
+  const double alibi_ms = median(t[0]), none_ms = median(t[1]), table_ms = median(t[2]),
+               nc_ms = median(t[3]);
+  std::string why;
+  const std::string peer =
+      o.quick ? "" : run_peer("peer_attention.py --heads 16 -n " + std::to_string(n) +
+                                  " -d 64 --causal --reps 3", &why);
+  const double peer_ms = peer.empty() ? -1 : json_field(peer, "median_ms");
+  const double flops_full = 4.0 * static_cast<double>(h * n * n * d);
+  {
+    CaseResult r;
+    r.name = "attention_alibi_causal" + shape;
+    r.median_ms = alibi_ms;
+    r.baselines["no_bias"] = none_ms;
+    r.extra["alibi_cost_over_no_bias"] = alibi_ms / none_ms - 1.0;
+    if (peer_ms > 0) {
+      r.baselines["pytorch"] = peer_ms;
+      r.extra["speedup_vs_pytorch"] = peer_ms / alibi_ms;
+    }
+    r.note = "b 1, causal ALiBi, float32; pytorch = matmul + materialised bias + softmax" +
+             (peer.empty() && !o.quick ? "; " + why : std::string());
+    out.push_back(r);
+  }
+  {
+    CaseResult r;
+    r.name = "attention_none_causal" + shape;
+    r.median_ms = none_ms;
+    r.baselines["alibi"] = alibi_ms;
+    r.extra["gflops"] = flops_full / 2 / (none_ms * 1e6);
+    r.note = "the same kernel without a bias (causal: about half the flops of 4 b h i j d)";
+    out.push_back(r);
+  }
+  {
+    CaseResult r;
+    r.name = "attention_table_causal" + shape;
+    r.median_ms = table_ms;
+    r.baselines["no_bias"] = none_ms;
+    r.extra["table_cost_over_no_bias"] = table_ms / none_ms - 1.0;
+    r.note = "a DynamicPositionBias distance table [h, 2j - 1]";
+    out.push_back(r);
+  }
+  {
+    CaseResult r;
+    r.name = "attention_alibi_noncausal" + shape;
+    r.median_ms = nc_ms;
+    const double sgemm = sgemm_gflops(static_cast<int>(n), std::max(3, o.repetitions / 2));
+    r.extra["gflops"] = flops_full / (nc_ms * 1e6);
+    r.baselines["sgemm_gflops"] = sgemm;
+    r.extra["fraction_of_sgemm"] = r.extra["gflops"] / sgemm;
+    r.note = "non-causal ALiBi; gflops = 4 b h i j d / time; sgemm_gflops = OpenBLAS on n x n "
+             "(GFLOP/s, not ms)";
+    out.push_back(r);
+  }
+  {
+    // Decode: one query against a long KV cache; judged by the bandwidth of
+    // reading K and V.
+    const std::int64_t hd = 32, jd = o.quick ? 4096 : 32768, dd = 128;
+    AttentionInputs dec = attention_inputs(hd, hd, 1, jd, dd);
+    const std::vector<float> s32 = alibi_slopes(hd);
+    const std::size_t kv_bytes = 2 * static_cast<std::size_t>(hd * jd * dd) * sizeof(float);
+    volatile float sink = 0;
+    const auto td = time_interleaved(
+        {[&] {
+           Tensor r = attention_forward(dec.q, dec.k, dec.v, AttentionBias::alibi(s32), causal);
+         },
+         [&] {
+           sink = sink + stream_read(dec.k.raw_data(), kv_bytes / 2) +
+                  stream_read(dec.v.raw_data(), kv_bytes / 2);
+         }},
+        o.warmup, o.repetitions);
+    CaseResult r;
+    r.name = "decode_alibi_h32_n" + std::to_string(jd) + "_d128";
+    r.median_ms = median(td[0]);
+    r.extra["gbps"] = gbps(kv_bytes, r.median_ms);
+    r.baselines["read_gbps"] = gbps(kv_bytes, median(td[1]));
+    r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
+    r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
+    out.push_back(r);
+  }
+  return out;
+}
+
 std::string json_number(double v) {
   std::ostringstream s;
   s << std::setprecision(6) << v;
@@ -338,13 +507,21 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
   for (const CaseResult& r : rs) {
     bool first = true;
     for (const auto& [k, v] : r.baselines) {
+      // Baselines named *_gflops, *_gbps or *bytes* are rates or sizes, not times.
+      const bool is_time = k.find("gflops") == std::string::npos &&
+                           k.find("gbps") == std::string::npos &&
+                           k.find("bytes") == std::string::npos;
       out << std::left << std::setw(34) << (first ? r.name : "") << std::right
           << std::setw(12) << (first ? json_number(r.median_ms) : "") << "   " << std::left
-          << std::setw(20) << k << std::right << std::setw(12) << json_number(v) << "   "
-          << std::fixed << std::setprecision(2) << v / r.median_ms << std::defaultfloat
-          << "x baseline time\n";
+          << std::setw(20) << k << std::right << std::setw(12) << json_number(v) << "   ";
+      if (is_time && r.median_ms > 0) {
+        out << std::fixed << std::setprecision(2) << v / r.median_ms << std::defaultfloat
+            << "x baseline time";
+      }
+      out << "\n";
       first = false;
     }
+    for (const auto& [k, v] : r.extra) out << "    " << k << " = " << json_number(v) << "\n";
     out << "    " << r.note << "\n";
   }
   out << "(" << omp_get_max_threads() << " threads; medians; ratio = baseline time / ours, "
@@ -353,7 +530,7 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
 
 }  // namespace
 
-std::vector<std::string> suite_names() { return {"alibi", "dpb"}; }
+std::vector<std::string> suite_names() { return {"alibi", "dpb", "attention"}; }
 
 std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& options,
                                   std::ostream& out) {
@@ -367,6 +544,8 @@ std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& 
     results = alibi_suite(options);
   } else if (suite == "dpb") {
     results = dpb_suite(options);
+  } else if (suite == "attention") {
+    results = attention_suite(options);
   } else {
     std::string names;
     for (const auto& n : suite_names()) names += (names.empty() ? "" : ", ") + n;
