@@ -301,7 +301,11 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   const float* window = p.bias == FusedBias::kTable
                             ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1)
                             : nullptr;
-  for (std::int64_t x = 0; x < cols; x += n) {
+  // Only the vectors holding visible keys: the rest of the row is never read.
+  const std::int64_t span = std::min<std::int64_t>(
+      cols, static_cast<std::int64_t>(
+                hwy::RoundUpTo(static_cast<std::size_t>(lim), static_cast<std::size_t>(n))));
+  for (std::int64_t x = 0; x < span; x += n) {
     VF v = hn::Load(df, s + x);
     if (p.bias == FusedBias::kAlibi) {
       const VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0 + x)), iota);
@@ -418,11 +422,23 @@ void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb,
         }
         if (use_pack) w.pack.ready[static_cast<std::size_t>(kb)] = 1;
       }
-      // S = (scale q) K^T over the first `cols` keys.
+      // S = (scale q) K^T, each group of rows over the keys it can see
+      // (on the causal diagonal that halves the product).
+      const auto visible_cols = [&](std::int64_t r_begin, std::int64_t r_end) {
+        std::int64_t most = 0;
+        for (std::int64_t rr = r_begin; rr < r_end; ++rr) {
+          most = std::max(most, w.lim[static_cast<std::size_t>(rr)]);
+        }
+        return static_cast<std::int64_t>(
+            hwy::RoundUpTo(static_cast<std::size_t>(most), static_cast<std::size_t>(n)));
+      };
       for (; r + kRows <= br; r += kRows) {
-        QKRows<kRows>(df, w.q.get() + r * d, d, kt, ld, cols, s + r * cols, cols);
+        QKRows<kRows>(df, w.q.get() + r * d, d, kt, ld, visible_cols(r, r + kRows), s + r * cols,
+                      cols);
       }
-      for (; r < br; ++r) QKRows<1>(df, w.q.get() + r * d, d, kt, ld, cols, s + r * cols, cols);
+      for (; r < br; ++r) {
+        QKRows<1>(df, w.q.get() + r * d, d, kt, ld, visible_cols(r, r + 1), s + r * cols, cols);
+      }
     }
 
     // Bias, mask, online softmax.
