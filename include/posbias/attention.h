@@ -96,15 +96,20 @@ struct AttentionOptions {
 /// attention_reference() to about 1e-5 + 1e-4 |out|. NaN or inf in q, k, v
 /// or the bias propagates to the rows whose visible keys it touches.
 ///
+/// A row whose visible keys all score -inf (e.g. a dense -inf padding mask)
+/// outputs zeros, like a row that sees no key (PyTorch would give NaN).
+///
 /// Threads: OpenMP over (b, h, query block); when there are fewer of those
 /// than threads (decode, i small), the keys are split across threads and
-/// the partial softmax states merged. Results do not depend on the thread
-/// count except for that split (within the tolerance above). Safe to call
-/// from many threads at once.
+/// the partial softmax states merged. The block sizes and that split follow
+/// omp_get_max_threads(), so results may differ in the last bits between
+/// thread counts (always within the tolerance above); for a given thread
+/// count they are deterministic. Safe to call from many threads at once.
 ///
 /// Cost: O(b h i j d) flops (about half for causal i = j); memory
-/// O(b h i d) for the output plus O(h j) for a distance table and small
-/// per-thread block buffers: never O(i j).
+/// O(b h i d) for the output, O(h j) for a distance table, and per thread
+/// the float32 packing of one kv head's K^T and V (skipped above 32 MiB)
+/// plus small block buffers: never O(i j).
 ///
 /// Errors: std::invalid_argument with the shapes in the message for
 /// mismatched ranks, batch, head or length extents or d, h % hk != 0,
