@@ -305,7 +305,28 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   const std::int64_t span = std::min<std::int64_t>(
       cols, static_cast<std::int64_t>(
                 hwy::RoundUpTo(static_cast<std::size_t>(lim), static_cast<std::size_t>(n))));
-  for (std::int64_t x = 0; x < span; x += n) {
+  // One loop per bias kind (no branch inside); the masked tail is at most
+  // one vector and handled after.
+  const std::int64_t full = std::min(span, lim - lim % n);
+  if (p.bias == FusedBias::kAlibi) {
+    VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0)), iota);  // c - qpos, exact
+    const VF step = hn::Set(df, static_cast<float>(n));
+    for (std::int64_t x = 0; x < full; x += n) {
+      const VF v = hn::MulAdd(neg_slope, hn::Abs(dist), hn::Load(df, s + x));
+      hn::Store(v, df, s + x);
+      vmax = hn::Max(vmax, v);
+      dist = hn::Add(dist, step);
+    }
+  } else if (p.bias == FusedBias::kTable) {
+    for (std::int64_t x = 0; x < full; x += n) {
+      const VF v = hn::Add(hn::Load(df, s + x), hn::LoadU(df, window + x));
+      hn::Store(v, df, s + x);
+      vmax = hn::Max(vmax, v);
+    }
+  } else {
+    for (std::int64_t x = 0; x < full; x += n) vmax = hn::Max(vmax, hn::Load(df, s + x));
+  }
+  for (std::int64_t x = full; x < span; x += n) {
     VF v = hn::Load(df, s + x);
     if (p.bias == FusedBias::kAlibi) {
       const VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0 + x)), iota);
@@ -313,10 +334,8 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
     } else if (p.bias == FusedBias::kTable) {
       v = hn::Add(v, hn::LoadU(df, window + x));
     }
-    if (x + n > lim) {
-      const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
-      v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(keep)), v, neg_inf);
-    }
+    const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
+    v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(keep)), v, neg_inf);
     hn::Store(v, df, s + x);
     vmax = hn::Max(vmax, v);
   }
