@@ -16,8 +16,10 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "kernels/attention_fused.h"
 #include "posbias/slopes.h"
 #include "test_util.h"
 
@@ -310,6 +312,86 @@ TEST(AttentionFused, StridedAnd16BitInputs) {
     }
   }
   check_fused(cases);
+}
+
+// The kernel with explicit (odd, tiny) block sizes and key splits, so that
+// every block boundary, the diagonal masking, the shared head packing, the
+// direct few-row path and the split merge meet on small shapes.
+TEST(AttentionFused, ExplicitBlocksAndSplits) {
+  struct Shape5 {
+    std::int64_t h, hk, i, j, d;
+  };
+  std::uint32_t seed = 900;
+  for (const Shape5& sh : {Shape5{3, 1, 13, 17, 5}, Shape5{2, 2, 17, 13, 16}, Shape5{4, 2, 1, 29, 7},
+                           Shape5{1, 1, 9, 9, 33}}) {
+    for (AttentionBiasKind kind : kKinds) {
+      for (bool causal : {false, true}) {
+        if (kind == AttentionBiasKind::kDistanceTable && !causal && sh.i > sh.j) continue;
+        const Case c{2, sh.h, sh.hk, sh.i, sh.j, sh.d, kind, causal};
+        const Inputs in = make_inputs(c, seed += 10);
+        const Tensor ref = attention_reference(in.q, in.k, in.v, in.bias, in.opt);
+        detail::FusedAttentionParams p;
+        p.q = in.q.raw_data();
+        p.k = in.k.raw_data();
+        p.v = in.v.raw_data();
+        for (int x = 0; x < 4; ++x) {
+          p.q_stride[x] = in.q.strides()[x];
+          p.k_stride[x] = in.k.strides()[x];
+          p.v_stride[x] = in.v.strides()[x];
+        }
+        p.b = c.b, p.h = c.h, p.hk = c.hk, p.i = c.i, p.j = c.j, p.d = c.d;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+        p.causal = causal;
+        std::vector<float> rtable;
+        std::vector<float> dense;
+        switch (kind) {
+          case AttentionBiasKind::kNone:
+            break;
+          case AttentionBiasKind::kAlibi:
+            p.bias = detail::FusedBias::kAlibi;
+            p.slopes = in.bias.slopes.data();
+            break;
+          case AttentionBiasKind::kDistanceTable:
+            p.bias = detail::FusedBias::kTable;
+            p.rtable_stride = 2 * c.j - 1 + 64;
+            rtable.assign(static_cast<std::size_t>(c.h * p.rtable_stride), 0.0f);
+            for (std::int64_t hh = 0; hh < c.h; ++hh) {
+              for (std::int64_t e = 0; e < 2 * c.j - 1; ++e) {
+                rtable[hh * p.rtable_stride + e] = in.bias.table.at({hh, 2 * c.j - 2 - e});
+              }
+            }
+            p.rtable = rtable.data();
+            break;
+          case AttentionBiasKind::kDense:
+            p.bias = detail::FusedBias::kDense;
+            dense = in.bias.dense.to_float_vector();  // [h, i, j]
+            p.dense = dense.data();
+            p.dense_stride[1] = c.i * c.j;
+            p.dense_stride[2] = c.j;
+            p.dense_stride[3] = 1;
+            break;
+        }
+        Tensor out = Tensor::empty({c.b, c.h, c.i, c.d}, DType::kFloat32);
+        p.out = out.raw_mutable_data();
+        for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          for (auto [bq, bk, splits] : {std::tuple<int, int, int>{3, 5, 1}, {1, 4, 3}, {5, 3, 2},
+                                        {4, 16, 1}, {64, 2, 4}, {2, 1, 7}}) {
+            detail::fused_attention_blocked(p, bq, bk, splits);
+            expect_attention_close(out, ref,
+                                   std::string(hwy::TargetName(target)) + " " + name_of(c) +
+                                       " bq" + std::to_string(bq) + " bk" + std::to_string(bk) +
+                                       " splits" + std::to_string(splits));
+            if (::testing::Test::HasFailure()) {
+              hwy::SetSupportedTargetsForTest(0);
+              return;
+            }
+          }
+        }
+        hwy::SetSupportedTargetsForTest(0);
+      }
+    }
+  }
 }
 
 TEST(AttentionFused, ResultsDoNotDependOnTheThreadCount) {
