@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "posbias/alibi.h"
+#include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/safetensors.h"
 #include "posbias/slopes.h"
@@ -215,13 +216,23 @@ std::string number_text(double v) {
   return buf;
 }
 
-bool close_enough(float got, double want) {
+// |got - want| <= atol + rtol |want|.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+// Every kind but attention (README: 1e-6 + 1e-5 |b|).
+constexpr Tolerance kDefaultTolerance{1e-6, 1e-5};
+// Attention outputs (README: 1e-5 + 1e-4 |b|).
+constexpr Tolerance kAttentionTolerance{1e-5, 1e-4};
+
+bool close_enough(float got, double want, const Tolerance& tol) {
   const double g = static_cast<double>(got);
   if (std::isnan(want)) return std::isnan(g);
   // An infinite value matches only itself (the tolerance 1e-5 |want| would
   // be infinite and accept anything).
   if (!std::isfinite(want) || !std::isfinite(g)) return g == want;
-  return std::fabs(g - want) <= 1e-6 + 1e-5 * std::fabs(want);
+  return std::fabs(g - want) <= tol.atol + tol.rtol * std::fabs(want);
 }
 
 // The expected values of a case: `shape` and flat row-major `data` of the
@@ -262,14 +273,14 @@ Tensor get_tensor(const json& value, const std::string& what) {
 // Empty when `got` has the expected shape and values; else what differs: the
 // shapes, or the first bad element with got vs expected and how many differ.
 std::string compare(const std::vector<std::int64_t>& got_shape, const std::vector<float>& got,
-                    const Expected& want) {
+                    const Expected& want, const Tolerance& tol = kDefaultTolerance) {
   if (got_shape != want.shape) {
     return "shape " + shape_text(got_shape) + ", expected " + shape_text(want.shape);
   }
   std::size_t bad = 0;
   std::size_t first = 0;
   for (std::size_t k = 0; k < got.size(); ++k) {
-    if (!close_enough(got[k], want.data[k])) {
+    if (!close_enough(got[k], want.data[k], tol)) {
       if (bad == 0) first = k;
       ++bad;
     }
@@ -285,8 +296,9 @@ std::string compare(const std::vector<std::int64_t>& got_shape, const std::vecto
   return s;
 }
 
-std::string compare_tensor(const Tensor& got, const Expected& want) {
-  return compare(got.shape(), got.to_float_vector(), want);
+std::string compare_tensor(const Tensor& got, const Expected& want,
+                           const Tolerance& tol = kDefaultTolerance) {
+  return compare(got.shape(), got.to_float_vector(), want, tol);
 }
 
 std::string compare_slopes(const std::vector<float>& got, const json& c) {
@@ -572,6 +584,81 @@ std::string check_t5_bucket(const json& c, const CheckContext&) {
   return first;
 }
 
+// ------------------------------------------------------------ attention
+
+// q, k or v: a {shape, data} object of rank 4 ([b, h or hk, len, d]).
+Tensor get_attention_input(const json& c, const char* name) {
+  const std::string what = std::string("field '") + name + "'";
+  Tensor t = get_tensor(field(c, name), what);
+  if (t.dim() != 4) {
+    throw MalformedCase(what + " must have 4 dimensions [b, " +
+                        (std::string(name) == "q" ? "h, i" : "hk, j") + ", d], got shape " +
+                        shape_text(t.shape()));
+  }
+  return t;
+}
+
+// `bias`: {"type": "none"}, {"type": "alibi", "slopes": [...]} or
+// {"type": "distance_table", "table": {shape, data}} (other fields, such as
+// the file's "index" note, are ignored).
+AttentionBias get_attention_bias(const json& c) {
+  const json& bias = get_object(c, "bias");
+  try {
+    const std::string& type = get_string(bias, "type");
+    if (type == "none") return AttentionBias::none();
+    if (type == "alibi") {
+      std::vector<float> slopes;
+      for (double s : get_numbers(bias, "slopes")) slopes.push_back(static_cast<float>(s));
+      return AttentionBias::alibi(std::move(slopes));
+    }
+    if (type == "distance_table") {
+      Tensor table = get_tensor(field(bias, "table"), "field 'table'");
+      if (table.dim() != 2) {
+        throw MalformedCase("field 'table' must have 2 dimensions [h, 2j - 1], got shape " +
+                            shape_text(table.shape()));
+      }
+      return AttentionBias::distance_table(std::move(table));
+    }
+    throw MalformedCase("field 'type' must be \"none\", \"alibi\" or \"distance_table\", got \"" +
+                        type + "\"");
+  } catch (const MalformedCase& e) {
+    throw MalformedCase(std::string("field 'bias': ") + e.what());
+  }
+}
+
+// The fused attention_forward and the plain attention_reference, each
+// against `out` with the attention tolerance 1e-5 + 1e-4 |want|.
+std::string check_attention(const json& c, const CheckContext&) {
+  const Tensor q = get_attention_input(c, "q");
+  const Tensor k = get_attention_input(c, "k");
+  const Tensor v = get_attention_input(c, "v");
+  AttentionOptions options;
+  options.causal = get_bool(c, "causal");
+  // null: the default 1 / sqrt(d) (what a Python None would be written as).
+  if (!field(c, "scale").is_null()) options.scale = static_cast<float>(get_number(c, "scale"));
+  const AttentionBias bias = get_attention_bias(c);
+  const json& out = field(c, "out");
+  Expected want;
+  try {
+    if (!out.is_object()) {
+      throw MalformedCase("must be an object with 'shape' and 'data', got " + describe(out));
+    }
+    want = get_expected(out, "shape", "data");
+  } catch (const MalformedCase& e) {
+    throw MalformedCase(std::string("field 'out': ") + e.what());
+  }
+  std::string message;
+  const std::string fused =
+      compare_tensor(attention_forward(q, k, v, bias, options), want, kAttentionTolerance);
+  if (!fused.empty()) message = "attention_forward: " + fused;
+  const std::string reference =
+      compare_tensor(attention_reference(q, k, v, bias, options), want, kAttentionTolerance);
+  if (!reference.empty()) {
+    message += (message.empty() ? "" : "; ") + std::string("attention_reference: ") + reference;
+  }
+  return message;
+}
+
 struct KindEntry {
   const char* kind;
   CheckFn check;  // nullptr: defined by the format, not checked by this build
@@ -586,7 +673,7 @@ constexpr KindEntry kKinds[] = {
     {"dynamic_position_bias", check_dynamic_position_bias},
     {"dynamic_position_bias_file", check_dynamic_position_bias_file},
     {"t5_bucket", check_t5_bucket},
-    {"attention", nullptr},
+    {"attention", check_attention},
 };
 
 const KindEntry* find_kind(const std::string& kind) {

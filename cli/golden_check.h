@@ -5,8 +5,14 @@
 // Every case has a `kind`. A table in golden_check.cc maps each kind to the
 // function that checks it; kinds the format defines but this build does not
 // compute yet, and kinds nobody knows, are counted as skipped, never passed.
-// Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|;
-// T5 buckets exactly.
+// Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|
+// (attention outputs: 1e-5 + 1e-4 |want|); T5 buckets exactly.
+//
+// Attention cases: q, k, v and the bias (none, ALiBi slopes or a distance
+// table) are built as float32 tensors and both attention_forward (the fused
+// kernel) and attention_reference (the plain path) must give `out`; a case
+// with a bias type the format does not define, or q, k, v not 4-d, is
+// malformed (failed).
 //
 // DynamicPositionBias cases: a zeta case's `params` are loaded by state-dict
 // name, an x-transformers case's `layers` (linear, [layernorm,] silu per
@@ -20,7 +26,7 @@
 //   for (const auto& c : report.cases) {
 //     if (c.status == posbias::cli::CaseStatus::kFailed) std::cout << c.message;
 //   }
-//   std::cout << report.summary() << "\n";  // "53 passed, 0 failed, 7 skipped"
+//   std::cout << report.summary() << "\n";  // "60 passed, 0 failed, 0 skipped"
 //
 // Used by `posbias check-golden` and by the tests in tests/cli/.
 #ifndef POSBIAS_CLI_GOLDEN_CHECK_H_

@@ -2,7 +2,7 @@
 # summary line (a plain add_test can check one or the other, not both).
 #
 #   cmake -DPOSBIAS=<tool> -DGOLDEN=<file> -DEXPECT_EXIT=0
-#         -DEXPECT_SUMMARY="53 passed, 0 failed, 7 skipped"
+#         -DEXPECT_SUMMARY="60 passed, 0 failed, 0 skipped"
 #         [-DSKIP_IF_MISSING=ON] -P check_golden_run.cmake
 #
 # With SKIP_IF_MISSING, a missing GOLDEN prints POSBIAS_TEST_SKIPPED (the

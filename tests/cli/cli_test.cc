@@ -678,6 +678,8 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "expected [1, 1, 5]",
       "FAIL case 3 (alibi_bias): element [0, 0, 1, 0] (flat 3): got -0.2, expected -0.3",
       "skip case 4: unknown kind 'rope_frequencies'",
+      "FAIL case 5 (attention): attention_forward: element [0, 0, 0, 1] (flat 1): got 2, "
+      "expected 2.5; attention_reference: element [0, 0, 0, 1] (flat 1): got 2, expected 2.5",
       "FAIL case 6 (alibi_slopes): malformed case: missing field 'heads'",
       "FAIL case 7 (ggml_slopes): malformed case: field 'heads' must be an integer, got "
       "string \"8\"",
@@ -697,8 +699,14 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
           std::string(POSBIAS_CLI_TEST_DATA) + "/missing.safetensors': No such file or directory",
       "FAIL case 20 (dynamic_position_bias): malformed case: layers[0]: expected a 'linear' "
       "layer, got 'silu'",
-      "skip 1 case of kind 'attention' (not checked by this build yet)",
-      "4 passed, 15 failed, 2 skipped",
+      "FAIL case 23 (attention): malformed case: field 'bias': field 'type' must be \"none\", "
+      "\"alibi\" or \"distance_table\", got \"rope\"",
+      "FAIL case 24 (attention): malformed case: field 'q' must have 4 dimensions [b, h, i, d], "
+      "got shape [1, 1, 2]",
+      "FAIL case 25 (attention): posbias refused the case: attention_forward: the distance table "
+      "must be float32 [h, >= 2j - 1] = [1, >= 3], got float32 table [1, 2] (q [1, 1, 1, 2], "
+      "k [1, 1, 2, 2], v [1, 1, 2, 2])",
+      "6 passed, 19 failed, 1 skipped",
   };
   EXPECT_EQ(lines_of(run.out), expected) << run.out;
 }
