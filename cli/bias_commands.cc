@@ -20,9 +20,6 @@
 #include "posbias/tensor.h"
 
 namespace posbias::cli {
-namespace {
-
-// ----------------------------------------------------------------- helpers
 
 // The whole string as an unsigned 64-bit seed (an optional '+' first).
 std::uint64_t parse_seed(const std::string& text) {
@@ -57,6 +54,10 @@ void file_argument(const std::string& option, const std::string& path,
     throw std::invalid_argument(option + ": " + message);
   }
 }
+
+namespace {
+
+// ----------------------------------------------------------------- helpers
 
 void require_length(const std::optional<std::int64_t>& value, const char* name,
                     const std::string& alternatives) {

@@ -9,6 +9,7 @@
 #define POSBIAS_CLI_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -41,6 +42,8 @@ Command add_demo_command(CLI::App& app);
 Command add_check_golden_command(CLI::App& app);
 /// `posbias bench SUITE`: the benchmark suites of benchmarks/bench_suite.h.
 Command add_bench_command(CLI::App& app);
+/// `posbias attention`: attention_forward on seeded random or given inputs.
+Command add_attention_command(CLI::App& app);
 
 /// `--format text|json` (default text) on `sub`, stored in `format`.
 void add_format_option(CLI::App& sub, std::string& format);
@@ -48,6 +51,19 @@ void add_format_option(CLI::App& sub, std::string& format);
 /// `t` like PyTorch's print(tensor) (format "text") or as the JSON of
 /// posbias::write_json (format "json"), then a newline.
 void print_tensor(std::ostream& out, const Tensor& t, const std::string& format);
+
+/// The whole string as an unsigned 64-bit seed (an optional '+' first);
+/// std::invalid_argument naming --seed otherwise.
+std::uint64_t parse_seed(const std::string& text);
+
+/// `--seed UINT64` (default 0) on `sub`, stored as text for parse_seed().
+void add_seed_option(CLI::App& sub, std::string& seed, const std::string& help);
+
+/// Runs `io`, a file read or write the user asked for with `option`; the
+/// library's std::runtime_error (no such file, a directory, no permission)
+/// becomes std::invalid_argument naming the option and the path (exit 2).
+void file_argument(const std::string& option, const std::string& path,
+                   const std::function<void()>& io);
 
 /// A CLI11 validator for integer options: rejects values that do not fit in
 /// int64 (CLI11 2.1 would silently saturate them).

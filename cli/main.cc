@@ -2,11 +2,11 @@
 // errors to exit codes live here; the subcommands are in *_commands.cc.
 //
 // Exit codes: 0 success (also --help, --version); 1 a check failed
-// (check-golden, demo) or the run itself failed (out of memory, output not
-// writable); 2 bad arguments or input: a command-line error, a value the
-// library refuses (std::invalid_argument, std::length_error), an unreadable
-// or malformed golden file, a file named by an option (--weights, --save)
-// that cannot be read or written. Every error is one line on stderr,
+// (check-golden, demo, attention --check) or the run itself failed (out of
+// memory, output not writable); 2 bad arguments or input: a command-line
+// error, a value the library refuses (std::invalid_argument,
+// std::length_error), an unreadable or malformed golden file, a file named by
+// an option (--weights, --save, --inputs) that cannot be read or written. Every error is one line on stderr,
 // "posbias: error: ...".
 #include <iostream>
 #include <new>
@@ -74,11 +74,11 @@ int main(int argc, char** argv) {
   app.footer("Run `posbias COMMAND --help` for the options of a command.");
 
   const std::vector<cli::Command> commands = {
-      cli::add_demo_command(app),      cli::add_slopes_command(app),
-      cli::add_alibi_command(app),     cli::add_alibi_bias_command(app),
-      cli::add_dpb_command(app),       cli::add_t5_command(app),
-      cli::add_t5_bucket_command(app), cli::add_check_golden_command(app),
-      cli::add_bench_command(app),
+      cli::add_demo_command(app),         cli::add_slopes_command(app),
+      cli::add_alibi_command(app),        cli::add_alibi_bias_command(app),
+      cli::add_dpb_command(app),          cli::add_t5_command(app),
+      cli::add_t5_bucket_command(app),    cli::add_attention_command(app),
+      cli::add_check_golden_command(app), cli::add_bench_command(app),
   };
 
   // CLI11 would call an unknown command "not expected"; name it instead.
