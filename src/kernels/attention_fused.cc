@@ -297,6 +297,11 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   const VF iota = hn::Iota(df, 0.0f);
   // c - qpos at the first column of the block; |value| < 2^24 keeps it exact.
   const std::int64_t rel0 = c0 - qpos;
+  // ALiBi rows before the first key (q_r < 0, non-causal i > j) use
+  // -slope * c instead of -slope * (c - q_r): the same softmax (a per-row
+  // constant), but scores near 0 rather than around -slope * |q_r|, where
+  // float32 would round them to the ulp of hundreds.
+  const std::int64_t alibi_rel0 = c0 - std::max<std::int64_t>(qpos, 0);
   const VF neg_slope = hn::Set(df, p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f);
   const float* window = p.bias == FusedBias::kTable
                             ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1)
@@ -309,7 +314,7 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   // one vector and handled after.
   const std::int64_t full = std::min(span, lim - lim % n);
   if (p.bias == FusedBias::kAlibi) {
-    VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0)), iota);  // c - qpos, exact
+    VF dist = hn::Add(hn::Set(df, static_cast<float>(alibi_rel0)), iota);  // exact
     const VF step = hn::Set(df, static_cast<float>(n));
     for (std::int64_t x = 0; x < full; x += n) {
       const VF v = hn::MulAdd(neg_slope, hn::Abs(dist), hn::Load(df, s + x));
@@ -329,7 +334,7 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   for (std::int64_t x = full; x < span; x += n) {
     VF v = hn::Load(df, s + x);
     if (p.bias == FusedBias::kAlibi) {
-      const VF dist = hn::Add(hn::Set(df, static_cast<float>(rel0 + x)), iota);
+      const VF dist = hn::Add(hn::Set(df, static_cast<float>(alibi_rel0 + x)), iota);
       v = hn::MulAdd(neg_slope, hn::Abs(dist), v);
     } else if (p.bias == FusedBias::kTable) {
       v = hn::Add(v, hn::LoadU(df, window + x));

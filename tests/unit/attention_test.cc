@@ -471,6 +471,14 @@ TEST(AttentionFused, ExplicitScaleAndLongAlibiDistances) {
   in.opt.scale = 0.3f;
   expect_attention_close(attention_forward(in.q, in.k, in.v, in.bias, in.opt),
                          attention_reference(in.q, in.k, in.v, in.bias, in.opt), "long alibi");
+  // Non-causal, i > j: the first rows sit up to 1935 positions before the
+  // first key (bias around -slope * 1935 on every key).
+  const Case far{1, 2, 2, 2000, 65, 16, AttentionBiasKind::kAlibi, false};
+  Inputs fin = make_inputs(far, 12);
+  fin.bias = AttentionBias::alibi({0.5f, 0.25f});
+  expect_attention_close(attention_forward(fin.q, fin.k, fin.v, fin.bias, fin.opt),
+                         attention_reference(fin.q, fin.k, fin.v, fin.bias, fin.opt),
+                         "alibi rows before the first key");
 }
 
 // --------------------------------------------------------------- golden
