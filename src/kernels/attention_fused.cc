@@ -236,7 +236,10 @@ HWY_INLINE void AxpyRow(DF df, float p, const float* HWY_RESTRICT vrow, std::int
 // Rows at or below this count use the direct (dot product) path.
 constexpr std::int64_t kDirectRows = 4;
 
-struct Blocking {
+// Types here are per instruction set but not file-local (HWY_NAMESPACE is
+// shared by every kernel file): names are unique across src/kernels so that
+// their inline members never collide (an ODR violation ASan caught in Debug).
+struct AttentionBlocking {
   std::int64_t bq, bk, bkp, splits, nqb, nkb;
   bool pack_heads;  // share one K^T / V packing per (batch, kv head)
 };
@@ -249,17 +252,17 @@ constexpr double kMaxPackBytes = 32.0 * (1 << 20);
 // first needed: the query blocks of a head then share one packing instead
 // of transposing every key block again for each of them (the transposition
 // costs about as much as a 64-row block product).
-struct HeadPack {
+struct AttentionHeadPack {
   std::int64_t head = -1;                    // b * hk + kv head, -1: none
   hwy::AlignedFreeUniquePtr<float[]> kt, v;  // [nkb][d][bkp], [nkb * bk][dp]
   std::vector<char> ready;                   // per key block
 };
 
-struct Work {
+struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha;
   std::vector<std::int64_t> lim;
-  HeadPack pack;
-  Work(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
+  AttentionHeadPack pack;
+  AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
       : row(hwy::AllocateAligned<float>(static_cast<std::size_t>(d))),
         q(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * d))),
         kt(hwy::AllocateAligned<float>(static_cast<std::size_t>(d * bkp))),
@@ -349,8 +352,8 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
 
 // One (batch, head, query block) over key blocks [kb0, kb1). Leaves m, l, O
 // (unnormalised) in w.
-void RunTask(const FusedAttentionParams& p, const Blocking& bl, std::int64_t bb, std::int64_t hh,
-             std::int64_t qb, std::int64_t kb0, std::int64_t kb1, Work& w) {
+void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::int64_t bb, std::int64_t hh,
+             std::int64_t qb, std::int64_t kb0, std::int64_t kb1, AttentionWork& w) {
   const DF df;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t d = p.d;
@@ -551,7 +554,7 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
   if (p.b == 0 || p.h == 0 || p.i == 0) return;
   const std::int64_t d = p.d;
   const std::int64_t dp = hwy::RoundUpTo(static_cast<std::size_t>(d), static_cast<std::size_t>(n));
-  Blocking bl;
+  AttentionBlocking bl;
   bl.bq = std::min(block_q, p.i);
   bl.bk = std::max<std::int64_t>(1, std::min(block_k, p.j));
   bl.nqb = (p.i + bl.bq - 1) / bl.bq;
@@ -587,7 +590,7 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
 
 #pragma omp parallel if (parallel)
   {
-    Work w(bl.bq, bkp, d, dp);
+    AttentionWork w(bl.bq, bkp, d, dp);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       // Head-major, so that a thread's consecutive tasks share the head's

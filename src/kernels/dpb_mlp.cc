@@ -37,7 +37,10 @@ constexpr std::int64_t kBlockRows = 64;
 // Offsets of each parameter in the flat gradient layout used between the
 // per-target backward and the front function: for l = 0..depth, W_l then
 // b_l; then, with norm, for l < depth, LayerNorm weight then bias.
-struct FlatLayout {
+// Types here are per instruction set but not file-local (HWY_NAMESPACE is
+// shared by every kernel file): names are unique across src/kernels so that
+// their inline members never collide (an ODR violation ASan caught in Debug).
+struct MlpFlatLayout {
   std::vector<std::int64_t> weight, bias, ln_weight, ln_bias;
   std::int64_t total = 0;
 };
@@ -47,8 +50,8 @@ inline std::int64_t out_features(const DpbMlp& m, std::int64_t l) {
 }
 inline std::int64_t in_features(const DpbMlp& m, std::int64_t l) { return l == 0 ? 1 : m.dim; }
 
-inline FlatLayout flat_layout(const DpbMlp& m) {
-  FlatLayout f;
+inline MlpFlatLayout flat_layout(const DpbMlp& m) {
+  MlpFlatLayout f;
   for (std::int64_t l = 0; l <= m.depth; ++l) {
     f.weight.push_back(f.total);
     f.total += out_features(m, l) * in_features(m, l);
@@ -84,7 +87,7 @@ std::int64_t RoundUp(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * 
 
 // The weights laid out for the kernels, zero-padded: ld = dim and ldh =
 // heads rounded up to whole pairs of vectors. All pointers are vector-aligned.
-struct Packed {
+struct MlpPacked {
   std::int64_t ld = 0;
   std::int64_t ldh = 0;
   hwy::AlignedFreeUniquePtr<float[]> storage;
@@ -95,10 +98,10 @@ struct Packed {
   std::vector<float*> lnb;
 };
 
-Packed Pack(const DpbMlp& m, bool for_backward) {
+MlpPacked Pack(const DpbMlp& m, bool for_backward) {
   const DF d;
   const std::int64_t pair = 2 * static_cast<std::int64_t>(hn::Lanes(d));
-  Packed p;
+  MlpPacked p;
   p.ld = RoundUp(m.dim, pair);
   p.ldh = RoundUp(m.heads, pair);
   const auto ldo = [&](std::int64_t l) { return l < m.depth ? p.ld : p.ldh; };
@@ -263,7 +266,7 @@ HWY_INLINE VF SiluGrad(DF d, VF u) {
 
 // The activations of one block of rows. Buffers are [kBlockRows][ld] (y:
 // [kBlockRows][ldh]), vector-aligned.
-struct Work {
+struct MlpWork {
   hwy::AlignedFreeUniquePtr<float[]> storage;
   std::vector<float*> u;     // l < depth: pre-activation (after LayerNorm)
   std::vector<float*> zhat;  // l < depth, norm only: normalised z
@@ -274,8 +277,8 @@ struct Work {
   float* dz = nullptr;
 };
 
-Work MakeWork(const DpbMlp& m, const Packed& p, bool for_backward) {
-  Work w;
+MlpWork MakeWork(const DpbMlp& m, const MlpPacked& p, bool for_backward) {
+  MlpWork w;
   const std::int64_t plane = kBlockRows * p.ld;
   const std::int64_t planes = m.depth * (m.norm ? 3 : 2) + (for_backward ? 2 : 0);
   const std::int64_t total = planes * plane + kBlockRows * p.ldh;
@@ -342,7 +345,7 @@ HWY_INLINE void LayerNormRow(DF d, float* HWY_RESTRICT z, float* HWY_RESTRICT zh
 }
 
 // Forward pass of rows x[0..rows) into w (the output in w.y, [rows][ldh]).
-void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t rows, Work& w) {
+void ForwardBlock(const DpbMlp& m, const MlpPacked& p, const float* x, std::int64_t rows, MlpWork& w) {
   const DF d;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
   const std::int64_t ld = p.ld;
@@ -377,8 +380,8 @@ void ForwardBlock(const DpbMlp& m, const Packed& p, const float* x, std::int64_t
 void ForwardRows(const DpbMlp& m, const float* x, std::int64_t begin, std::int64_t end, float* y,
                  std::int64_t y_stride) {
   if (begin >= end) return;
-  const Packed p = Pack(m, /*for_backward=*/false);
-  Work w = MakeWork(m, p, /*for_backward=*/false);
+  const MlpPacked p = Pack(m, /*for_backward=*/false);
+  MlpWork w = MakeWork(m, p, /*for_backward=*/false);
   for (std::int64_t k0 = begin; k0 < end; k0 += kBlockRows) {
     const std::int64_t rows = std::min(kBlockRows, end - k0);
     ForwardBlock(m, p, x + k0, rows, w);
@@ -405,8 +408,8 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
                   std::int64_t begin, std::int64_t end, float* out) {
   const DF d;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(d));
-  const Packed p = Pack(m, /*for_backward=*/true);
-  Work w = MakeWork(m, p, /*for_backward=*/true);
+  const MlpPacked p = Pack(m, /*for_backward=*/true);
+  MlpWork w = MakeWork(m, p, /*for_backward=*/true);
   const std::int64_t ld = p.ld;
   const std::int64_t ldh = p.ldh;
   const std::int64_t depth = m.depth;
@@ -515,7 +518,7 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
   }
 
   // Unpad into the flat layout.
-  const dpb_mlp_internal::FlatLayout f = dpb_mlp_internal::flat_layout(m);
+  const dpb_mlp_internal::MlpFlatLayout f = dpb_mlp_internal::flat_layout(m);
   for (std::int64_t l = 0; l <= depth; ++l) {
     const std::int64_t in = l == 0 ? 1 : m.dim;
     const std::int64_t outf = l < depth ? m.dim : m.heads;
@@ -609,7 +612,7 @@ void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y
 void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
                       std::int64_t g_stride, const DpbMlpGrads& grads) {
   using dpb_mlp_internal::kBlockRows;
-  const dpb_mlp_internal::FlatLayout f = dpb_mlp_internal::flat_layout(mlp);
+  const dpb_mlp_internal::MlpFlatLayout f = dpb_mlp_internal::flat_layout(mlp);
   // Fixed slots of whole blocks, independent of the thread count; each slot's
   // partial gradient is summed in slot order.
   constexpr std::int64_t kMaxSlots = 64;
