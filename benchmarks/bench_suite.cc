@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <cstdlib>
 #include <iomanip>
 #include <memory>
@@ -115,24 +116,36 @@ CaseResult materialise_case(std::int64_t heads, std::int64_t n, DType dtype,
   return r;
 }
 
+// A call that returns a new [shape] float32 tensor, against a fresh
+// allocation of the same shape plus the streaming fill (what any allocating
+// call costs at least: page faults, the kernel's zeroing, the writes).
+CaseResult against_alloc_fill(const std::string& name, const std::function<void()>& call,
+                              const std::vector<std::int64_t>& shape, const BenchOptions& o) {
+  std::int64_t count = 1;
+  for (std::int64_t e : shape) count *= e;
+  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
+  const auto t = time_interleaved({call,
+                                   [&] {
+                                     Tensor b = Tensor::empty(shape, DType::kFloat32);
+                                     stream_fill(b.raw_mutable_data(), bytes);
+                                   }},
+                                  o.warmup, o.repetitions);
+  CaseResult r;
+  r.name = name;
+  r.median_ms = median(t[0]);
+  r.baselines["alloc_fill"] = median(t[1]);
+  r.extra["fraction_of_alloc_fill"] = r.baselines["alloc_fill"] / r.median_ms;
+  return r;
+}
+
 // A module's first call: allocation, page faults and the fill, against a
 // fresh allocation plus the streaming fill, and the PyTorch peer.
 CaseResult forward_miss_case(std::int64_t heads, std::int64_t n, const BenchOptions& o) {
   AlibiPositionalBias module(heads);
   module.set_cache_limit_bytes(0);  // every call computes
-  const std::size_t bytes = static_cast<std::size_t>(heads * n * n) * sizeof(float);
-  const auto t = time_interleaved(
-      {[&] { Tensor b = module.forward(n, n); },
-       [&] {
-         Tensor b = Tensor::empty({heads, n, n}, DType::kFloat32);
-         stream_fill(b.raw_mutable_data(), bytes);
-       }},
-      o.warmup, o.repetitions);
-  CaseResult r;
-  r.name = "alibi_forward_h" + std::to_string(heads) + "_n" + std::to_string(n) + "_f32";
-  r.median_ms = median(t[0]);
-  r.baselines["alloc_fill"] = median(t[1]);
-  r.extra["fraction_of_alloc_fill"] = r.baselines["alloc_fill"] / r.median_ms;
+  CaseResult r = against_alloc_fill(
+      "alibi_forward_h" + std::to_string(heads) + "_n" + std::to_string(n) + "_f32",
+      [&] { Tensor b = module.forward(n, n); }, {heads, n, n}, o);
   r.note = "AlibiPositionalBias::forward on a cache miss (new allocation)";
   if (!o.quick) {
     std::string why;
@@ -260,19 +273,8 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
     // The same through forward(): a fresh tensor each call, so the pages are
     // faulted in and zeroed by the kernel first; against an allocation plus
     // the streaming fill.
-    const std::size_t bytes = static_cast<std::size_t>(heads * n * n) * sizeof(float);
-    const auto t = time_interleaved(
-        {[&] { Tensor b = module.forward(n, n); },
-         [&] {
-           Tensor b = Tensor::empty({heads, n, n}, DType::kFloat32);
-           stream_fill(b.raw_mutable_data(), bytes);
-         }},
-        o.warmup, o.repetitions);
-    CaseResult r;
-    r.name = "dpb_forward_alloc" + tag + std::to_string(n);
-    r.median_ms = median(t[0]);
-    r.baselines["alloc_fill"] = median(t[1]);
-    r.extra["fraction_of_alloc_fill"] = r.baselines["alloc_fill"] / r.median_ms;
+    CaseResult r = against_alloc_fill("dpb_forward_alloc" + tag + std::to_string(n),
+                                      [&] { Tensor b = module.forward(n, n); }, {heads, n, n}, o);
     r.note = "forward() into a new tensor (page faults included), like the PyTorch module";
     add_peer(r, "forward_ms");
     out.push_back(r);

@@ -7,23 +7,12 @@ Usage: python3 peer_alibi.py --heads 16 --total-heads 16 -n 4096 --reps 5
 import argparse
 import json
 import os
-import math
 import statistics
 import time
 
 import torch
 
-
-def slopes(heads):
-    def pow2(n):
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (k + 1) for k in range(n)]
-
-    c = 2 ** math.floor(math.log2(heads))
-    s = pow2(c)
-    if c != heads:
-        s += pow2(2 * c)[0::2][: heads - c]
-    return torch.tensor(s, dtype=torch.float32)
+from peer_common import alibi_slopes
 
 
 def forward(m, total_heads, i, j, dtype):
@@ -47,7 +36,7 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
     total = a.total_heads or a.heads
     dtype = getattr(torch, a.dtype)
-    m = slopes(a.heads)
+    m = alibi_slopes(a.heads)
     forward(m, total, a.n, a.n, dtype)  # warm-up
     times = []
     for _ in range(a.reps):

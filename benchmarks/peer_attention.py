@@ -8,23 +8,12 @@ Usage: python3 peer_attention.py --heads 16 -n 2048 -d 64 --causal --reps 3
 import argparse
 import json
 import os
-import math
 import statistics
 import time
 
 import torch
 
-
-def alibi_slopes(heads):
-    def pow2(n):
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (k + 1) for k in range(n)]
-
-    c = 2 ** math.floor(math.log2(heads))
-    s = pow2(c)
-    if c != heads:
-        s += pow2(2 * c)[0::2][: heads - c]
-    return torch.tensor(s, dtype=torch.float32)
+from peer_common import alibi_slopes
 
 
 def attention(q, k, v, slopes, causal):
