@@ -19,6 +19,14 @@ packages=(
   libgtest-dev        # unit tests
   libbenchmark-dev    # Google Benchmark programs
   libopenblas-dev     # GEMM for attention baselines
+  libpng-dev          # PNG heatmaps (posbias ... --plot FILE.png)
+  libtorch-dev        # the LibTorch front end (posbias::torch, the ops)
+  python3-torch       # the Python package and its tests (/usr/bin/python3)
+  python3-pytest      # the Python tests, run by ctest
+  clang               # libFuzzer harnesses (-fsanitize=fuzzer)
+  libclang-rt-dev     # clang's sanitizer and libFuzzer runtimes
+  doxygen             # the API reference and its completeness test
+  vim-runtime         # the English corpus of the extrapolation example
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
