@@ -67,7 +67,8 @@ export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:check_initialization_order=1
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 cmake -S . -B "$asan_build_dir" -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG=-g -DPOSBIAS_WERROR=OFF \
-  -DPOSBIAS_SANITIZE=address,undefined -DPOSBIAS_BUILD_BENCHMARKS=OFF
+  -DPOSBIAS_SANITIZE=address,undefined -DPOSBIAS_BUILD_BENCHMARKS=OFF \
+  -DPOSBIAS_BUILD_TORCH=OFF
 cmake --build "$asan_build_dir" --parallel "$jobs"
 
 # Every test but posbias.packaging.add_subdirectory: it compiles the library
