@@ -1,0 +1,216 @@
+"""ALiBi: slopes, zeta's AlibiPositionalBias (with the corrected bottom-right
+cache) and the "ALiBi" seed's AlibiBias builder."""
+import threading
+
+import torch
+from torch import nn
+
+from . import _checks
+from ._library import load as _load
+
+_load()
+
+
+def alibi_slopes(heads, max_bias=None):
+    """The ALiBi slope schedule of `heads` heads, float32 [heads]
+    (2^-8(h+1)/n for a power of two, interleaved otherwise); with max_bias the
+    ggml / MPT form (max_bias = 8 gives the standard schedule)."""
+    heads = _checks.check_int("alibi_slopes: heads", heads, minimum=1)
+    max_bias = _checks.check_float("alibi_slopes: max_bias", max_bias)
+    return torch.ops.posbias.alibi_slopes(heads, max_bias)
+
+
+def alibi_slopes_range(total_heads, head_begin, head_end, max_bias=None):
+    """Slopes of heads [head_begin, head_end) of the total_heads schedule (a
+    tensor-parallel rank's share; never the schedule of head_end - head_begin
+    heads)."""
+    total_heads = _checks.check_int("alibi_slopes_range: total_heads", total_heads, minimum=1)
+    head_begin = _checks.check_int("alibi_slopes_range: head_begin", head_begin, minimum=0)
+    head_end = _checks.check_int("alibi_slopes_range: head_end", head_end, minimum=0)
+    if not head_begin <= head_end <= total_heads:
+        raise ValueError(f"posbias: alibi_slopes_range: need 0 <= head_begin <= head_end <= "
+                         f"total_heads, got [{head_begin}, {head_end}) of {total_heads}")
+    max_bias = _checks.check_float("alibi_slopes_range: max_bias", max_bias)
+    return torch.ops.posbias.alibi_slopes_range(total_heads, head_begin, head_end, max_bias)
+
+
+def alibi_distance_table(slopes, j):
+    """[h, 2j - 1] float32 table for attention(bias="table"): entry
+    (q_r - c) + (j - 1) holds -m_h |q_r - c|."""
+    _checks.check_slopes("alibi_distance_table: slopes", slopes)
+    j = _checks.check_int("alibi_distance_table: j", j, minimum=1)
+    return torch.ops.posbias.alibi_distance_table(slopes, j, True)
+
+
+class _SlopeModule(nn.Module):
+    """Keeps the `slopes` buffer float32 whatever .to()/.half() does to the
+    module (FlashAttention #846), while recording the module's dtype for the
+    output."""
+
+    def _apply(self, fn):
+        super()._apply(fn)
+        probe = fn(torch.empty(0, dtype=getattr(self, "dtype", torch.float32)))
+        if probe.is_floating_point():
+            self.dtype = probe.dtype
+        self.slopes = self.slopes.to(dtype=torch.float32)
+        return self
+
+
+class AlibiPositionalBias(_SlopeModule):
+    """zeta's / x-transformers' AlibiPositionalBias, drop-in.
+
+    AlibiPositionalBias(heads, total_heads=heads, slopes=None).
+    forward(i, j) -> [total_heads, i, j] with bias[h][r][c] = -m_h |c - q_r| for
+    h < heads and 0 for the appended heads; queries are the last i of the j
+    keys (q_r = j - i + r), so forward(1, j) is the bias of a KV-cache decode
+    step. i, j are lengths.
+
+    The module keeps its largest result (attribute `bias`); a call that fits in
+    it returns the bottom-right block [:, rows - i:, cols - j:] (a view, equal
+    to a fresh build), a larger one replaces it. Thread-safe; a result handed
+    out stays valid when the cache is replaced (it is never written to).
+
+    Slopes stay float32 (.half() does not cast them); the output has the
+    module's dtype (float32 unless the module was cast) and device."""
+
+    def __init__(self, heads, total_heads=None, slopes=None, **kwargs):
+        super().__init__()
+        if slopes is not None:
+            if isinstance(slopes, torch.Tensor):
+                slopes = slopes.detach().to(torch.float32).reshape(-1).cpu()
+            else:
+                slopes = torch.tensor([float(s) for s in slopes], dtype=torch.float32)
+            _checks.check_slopes("AlibiPositionalBias: slopes", slopes)
+            if slopes.numel() == 0:
+                raise ValueError("posbias: AlibiPositionalBias: slopes must not be empty")
+            heads = slopes.numel()
+        else:
+            heads = _checks.check_int("AlibiPositionalBias: heads", heads, minimum=1)
+            slopes = torch.ops.posbias.alibi_slopes(heads, None)
+        if total_heads is None:
+            total_heads = heads
+        total_heads = _checks.check_int("AlibiPositionalBias: total_heads", total_heads)
+        if total_heads < heads:
+            raise ValueError(f"posbias: AlibiPositionalBias: total_heads ({total_heads}) must "
+                             f"be >= heads ({heads})")
+        self.heads = heads
+        self.total_heads = total_heads
+        self.dtype = torch.float32
+        self.register_buffer("slopes", slopes, persistent=False)
+        self.register_buffer("bias", None, persistent=False)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _get_slopes(heads):
+        """The slope schedule as a Python list (zeta's static method)."""
+        return alibi_slopes(heads).tolist()
+
+    @property
+    def device(self):
+        return self.slopes.device
+
+    def _build(self, i, j):
+        out = torch.ops.posbias.alibi_bias(self.slopes.cpu(), i, j, self.total_heads, self.dtype)
+        return out.to(self.device)
+
+    def get_bias(self, i, j, device=None):
+        """The slope-free distances -|c - q_r|, [1, i, j], float32."""
+        i = _checks.check_int("AlibiPositionalBias.get_bias: i", i, minimum=0)
+        j = _checks.check_int("AlibiPositionalBias.get_bias: j", j, minimum=0)
+        out = torch.ops.posbias.alibi_bias(torch.ones(1), i, j, 1, torch.float32)
+        return out.to(device if device is not None else self.device)
+
+    def forward(self, i, j):
+        i = _checks.check_int("AlibiPositionalBias: i", i, minimum=0)
+        j = _checks.check_int("AlibiPositionalBias: j", j, minimum=0)
+        with self._lock:
+            cached = self.bias
+            if (cached is not None and cached.dtype == self.dtype and
+                    cached.device == self.device and i <= cached.shape[-2] and
+                    j <= cached.shape[-1]):
+                rows, cols = cached.shape[-2], cached.shape[-1]
+                return cached[:, rows - i:, cols - j:]
+            out = self._build(i, j)
+            self.bias = out  # a request that does not fit replaces the cache
+            return out
+
+    def forward_custom_pos(self, q_pos, k_pos):
+        """Arbitrary positions (packed sequences, chunked prefill, context
+        parallelism): [total_heads, len(q_pos), len(k_pos)],
+        -m_h |k_pos[c] - q_pos[r]|. Positions are integer tensors (1-D)."""
+        q_pos = _checks.check_tensor("forward_custom_pos: q_pos", q_pos, ndim=1, cpu=False)
+        k_pos = _checks.check_tensor("forward_custom_pos: k_pos", k_pos, ndim=1, cpu=False)
+        if q_pos.is_floating_point() or k_pos.is_floating_point() or \
+                q_pos.dtype == torch.bool or k_pos.dtype == torch.bool:
+            raise TypeError(f"posbias: forward_custom_pos: positions must be integer tensors, "
+                            f"got {q_pos.dtype} and {k_pos.dtype}")
+        dist = (k_pos.to(self.device, torch.int64)[None, :] -
+                q_pos.to(self.device, torch.int64)[:, None]).abs().to(torch.float32)
+        out = torch.zeros(self.total_heads, dist.shape[0], dist.shape[1], dtype=torch.float32,
+                          device=self.device)
+        out[:self.heads] = -self.slopes[:, None, None] * dist[None]
+        return out.to(self.dtype)
+
+    def extra_repr(self):
+        return f"heads={self.heads}, total_heads={self.total_heads}"
+
+
+class AlibiBias(_SlopeModule):
+    """The "ALiBi" seed's builder: AlibiBias(n_heads, causal=True, slopes=None).
+
+    build(q_len, k_len, device=None, dtype=None) -> [1, n_heads, q_len, k_len],
+    bias = slope_h * dist with this seed's top-left positions (q = r, k = c):
+    causal dist = max(r - c, 0) (future keys get 0: the causal mask is
+    separate), non-causal |r - c|. Default slopes linspace(-0.05, -0.5, n_heads)
+    (negative). Computed in float32 and rounded once to `dtype`. The cache is
+    keyed by (q_len, k_len, dtype, device)."""
+
+    def __init__(self, n_heads, causal=True, slopes=None):
+        super().__init__()
+        n_heads = _checks.check_int("AlibiBias: n_heads", n_heads, minimum=1)
+        if not isinstance(causal, bool):
+            raise TypeError(f"posbias: AlibiBias: causal must be a bool, got "
+                            f"{type(causal).__name__}")
+        if slopes is None:
+            slopes = torch.linspace(-0.05, -0.5, steps=n_heads)
+        elif not isinstance(slopes, torch.Tensor):
+            slopes = torch.tensor([float(s) for s in slopes], dtype=torch.float32)
+        _checks.check_tensor("AlibiBias: slopes", slopes, cpu=False)
+        if tuple(slopes.shape) != (n_heads,):
+            raise ValueError(f"posbias: AlibiBias: slopes must be shape [n_heads] = "
+                             f"[{n_heads}], got {_checks.shape_str(slopes)}")
+        _checks.check_slopes("AlibiBias: slopes", slopes.detach().cpu().to(torch.float32))
+        self.n_heads = n_heads
+        self.causal = causal
+        self.dtype = torch.float32
+        self.register_buffer("slopes", slopes.detach().to(torch.float32), persistent=False)
+        self._cache_key = None
+        self._cached_bias = None
+        self._lock = threading.Lock()
+
+    @torch.no_grad()
+    def build(self, q_len, k_len, device=None, dtype=None):
+        q_len = _checks.check_int("AlibiBias.build: q_len", q_len, minimum=0)
+        k_len = _checks.check_int("AlibiBias.build: k_len", k_len, minimum=0)
+        device = torch.device(device) if device is not None else self.slopes.device
+        dtype = dtype or self.dtype
+        if not dtype.is_floating_point:
+            raise TypeError(f"posbias: AlibiBias.build: dtype must be floating, got {dtype}")
+        key = (q_len, k_len, dtype, device)
+        with self._lock:
+            if self._cache_key == key:
+                return self._cached_bias
+            d = torch.arange(q_len, device=device)[:, None] - torch.arange(k_len,
+                                                                          device=device)[None]
+            d = d.clamp_min(0) if self.causal else d.abs()
+            slopes = self.slopes.to(device)
+            bias = (slopes[:, None, None] * d.to(torch.float32)[None])[None].to(dtype)
+            self._cache_key = key
+            self._cached_bias = bias
+            return bias
+
+    def forward(self, q_len, k_len, device=None, dtype=None):
+        return self.build(q_len, k_len, device, dtype)
+
+    def extra_repr(self):
+        return f"n_heads={self.n_heads}, causal={self.causal}"

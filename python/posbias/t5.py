@@ -1,0 +1,52 @@
+"""x-transformers' T5 RelativePositionBias, drop-in."""
+import torch
+from torch import nn
+
+from . import _checks
+from ._library import load as _load
+from .dpb import expand_distance_table
+
+_load()
+
+
+class RelativePositionBias(nn.Module):
+    """RelativePositionBias(scale, causal=False, num_buckets=32, max_distance=128,
+    heads=8): an embedding `relative_attention_bias` [num_buckets, heads];
+    forward(i, j) -> [heads, i, j], E[bucket(c - q_r)][h] * scale, q_r = j - i + r
+    (0 <= i <= j). distance_table(j) gives the [heads, 2j - 1] table for
+    posbias.attention(..., bias="table"). Both differentiable w.r.t. the
+    embedding."""
+
+    def __init__(self, scale, causal=False, num_buckets=32, max_distance=128, heads=8):
+        super().__init__()
+        self.scale = _checks.check_float("RelativePositionBias: scale", scale, allow_none=False)
+        if not isinstance(causal, bool):
+            raise TypeError("posbias: RelativePositionBias: causal must be a bool")
+        self.causal = causal
+        self.num_buckets = _checks.check_int("RelativePositionBias: num_buckets", num_buckets,
+                                             minimum=2)
+        self.max_distance = _checks.check_int("RelativePositionBias: max_distance",
+                                              max_distance, minimum=1)
+        heads = _checks.check_int("RelativePositionBias: heads", heads, minimum=1)
+        self.heads = heads
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, heads)
+
+    def distance_table(self, j):
+        j = _checks.check_int("RelativePositionBias.distance_table: j", j, minimum=1)
+        return torch.ops.posbias.t5_distance_table(self.relative_attention_bias.weight, j,
+                                                   self.causal, self.num_buckets,
+                                                   self.max_distance, self.scale)
+
+    def forward(self, i, j):
+        i = _checks.check_int("RelativePositionBias: i", i, minimum=0)
+        j = _checks.check_int("RelativePositionBias: j", j, minimum=0)
+        if i > j:
+            raise ValueError(f"posbias: RelativePositionBias: needs 0 <= i <= j, got i = {i}, "
+                             f"j = {j}")
+        if j == 0:
+            return self.relative_attention_bias.weight.new_zeros(self.heads, 0, 0)
+        return expand_distance_table(self.distance_table(j), i, j)
+
+    def extra_repr(self):
+        return (f"scale={self.scale}, causal={self.causal}, num_buckets={self.num_buckets}, "
+                f"max_distance={self.max_distance}, heads={self.heads}")
