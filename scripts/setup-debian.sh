@@ -23,6 +23,7 @@ packages=(
   libtorch-dev        # the LibTorch front end (posbias::torch, the ops)
   python3-torch       # the Python package and its tests (/usr/bin/python3)
   python3-pytest      # the Python tests, run by ctest
+  python3-matplotlib  # the DynamicPositionBias seed example "Inspecting the Bias" (examples/python)
   clang               # libFuzzer harnesses (-fsanitize=fuzzer)
   libclang-rt-dev     # clang's sanitizer and libFuzzer runtimes
   doxygen             # the API reference and its completeness test
