@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "kernels/attention_backward.h"
 #include "kernels/attention_fused.h"
 
 namespace posbias {
@@ -55,8 +56,8 @@ std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
          shape_string(v.shape());
 }
 
-[[noreturn]] void fail(const char* who, const std::string& what, const Tensor& q,
-                       const Tensor& k, const Tensor& v) {
+[[noreturn]] void fail(const char* who, const std::string& what, const Tensor& q, const Tensor& k,
+                       const Tensor& v) {
   throw std::invalid_argument(std::string(who) + ": " + what + " (" + shapes_of(q, k, v) + ")");
 }
 
@@ -89,8 +90,7 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
          q, k, v);
   }
   if (p.hk == 0) p.hk = 1;  // h == 0: nothing to compute
-  const float scale =
-      options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
+  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
   if (!std::isfinite(scale)) {
     fail(who, "scale must be finite, got " + std::to_string(scale), q, k, v);
   }
@@ -130,10 +130,9 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
     case AttentionBiasKind::kDense: {
       const Tensor& t = bias.dense;
       const std::vector<std::int64_t> target = {p.b, p.h, p.i, p.j};
-      const std::string msg = "the dense bias " + shape_string(t.shape()) + " (" +
-                              dtype_name(t.dtype()) +
-                              ") must be float32 and broadcastable to [b, h, i, j] = " +
-                              shape_string(target);
+      const std::string msg =
+          "the dense bias " + shape_string(t.shape()) + " (" + dtype_name(t.dtype()) +
+          ") must be float32 and broadcastable to [b, h, i, j] = " + shape_string(target);
       if (t.dtype() != DType::kFloat32 || t.dim() > 4) fail(who, msg, q, k, v);
       const std::int64_t lead = 4 - t.dim();
       for (std::int64_t x = 0; x < 4; ++x) {
@@ -155,11 +154,35 @@ const std::int64_t* strides4(const Tensor& t) { return t.strides().data(); }
 
 }  // namespace
 
-Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                         const AttentionBias& bias, const AttentionOptions& options) {
-  const Prepared pr = check("attention_forward", q, k, v, bias, options);
-  Tensor out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
-  if (out.numel() == 0) return out;
+namespace {
+
+// The user's table reversed once per head, so that a row's window reads
+// forwards (increasing key order); the padding covers the vector tail of the
+// last block (at most one vector of 16 floats is read past the 2j - 1
+// entries).
+std::vector<float> reversed_table(const Tensor& table, std::int64_t h, std::int64_t j,
+                                  std::int64_t* stride) {
+  const std::int64_t len = std::max<std::int64_t>(0, 2 * j - 1);
+  *stride = len + 64;
+  std::vector<float> rtable(static_cast<std::size_t>(h * *stride), 0.0f);
+  const float* t = table.data<float>();
+  const std::int64_t s0 = table.strides()[0];
+  const std::int64_t s1 = table.strides()[1];
+  for (std::int64_t hh = 0; hh < h; ++hh) {
+    float* dst = rtable.data() + hh * *stride;
+    for (std::int64_t e = 0; e < len; ++e) dst[e] = t[hh * s0 + (len - 1 - e) * s1];
+  }
+  return rtable;
+}
+
+AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionBias& bias,
+                                    const AttentionOptions& options, bool want_lse) {
+  const Prepared pr = check(who, q, k, v, bias, options);
+  AttentionForwardResult res;
+  res.out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
+  if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, DType::kFloat32);
+  if (res.out.numel() == 0) return res;
 
   detail::FusedAttentionParams p;
   p.dtype = q.dtype();
@@ -177,7 +200,8 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   p.d = pr.d;
   p.scale = pr.scale;
   p.causal = options.causal;
-  p.out = out.raw_mutable_data();
+  p.out = res.out.raw_mutable_data();
+  if (want_lse) p.lse = res.lse.mutable_data<float>();
   std::vector<float> rtable;
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
@@ -187,24 +211,11 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
       p.bias = detail::FusedBias::kAlibi;
       p.slopes = bias.slopes.data();
       break;
-    case AttentionBiasKind::kDistanceTable: {
-      // Reversed once per head, so that a row's window reads forwards; the
-      // padding covers the vector tail of the last block (at most one vector
-      // of 16 floats is read past the 2j - 1 entries).
+    case AttentionBiasKind::kDistanceTable:
       p.bias = detail::FusedBias::kTable;
-      const std::int64_t len = std::max<std::int64_t>(0, 2 * pr.j - 1);
-      p.rtable_stride = len + 64;
-      rtable.assign(static_cast<std::size_t>(pr.h * p.rtable_stride), 0.0f);
-      const float* t = bias.table.data<float>();
-      const std::int64_t s0 = bias.table.strides()[0];
-      const std::int64_t s1 = bias.table.strides()[1];
-      for (std::int64_t hh = 0; hh < pr.h; ++hh) {
-        float* dst = rtable.data() + hh * p.rtable_stride;
-        for (std::int64_t e = 0; e < len; ++e) dst[e] = t[hh * s0 + (len - 1 - e) * s1];
-      }
+      rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
       p.rtable = rtable.data();
       break;
-    }
     case AttentionBiasKind::kDense:
       p.bias = detail::FusedBias::kDense;
       p.dense = bias.dense.data<float>();
@@ -212,7 +223,145 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
       break;
   }
   detail::fused_attention(p);
-  return out;
+  return res;
+}
+
+void check_like(const char* who, const char* name, const Tensor& t,
+                const std::vector<std::int64_t>& shape, DType dtype, const Tensor& q,
+                const Tensor& k, const Tensor& v) {
+  if (t.shape() != shape || t.dtype() != dtype) {
+    fail(who,
+         std::string(name) + " must be " + dtype_name(dtype) + " " + shape_string(shape) +
+             ", got " + dtype_name(t.dtype()) + " " + shape_string(t.shape()),
+         q, k, v);
+  }
+}
+
+}  // namespace
+
+Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionBias& bias, const AttentionOptions& options) {
+  return forward_impl("attention_forward", q, k, v, bias, options, false).out;
+}
+
+AttentionForwardResult attention_forward_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionBias& bias,
+                                             const AttentionOptions& options) {
+  return forward_impl("attention_forward_lse", q, k, v, bias, options, true);
+}
+
+AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionBias& bias, const AttentionOptions& options,
+                                      const Tensor& out, const Tensor& lse,
+                                      const Tensor& grad_out) {
+  const char* who = "attention_backward";
+  const Prepared pr = check(who, q, k, v, bias, options);
+  const std::vector<std::int64_t> qshape = {pr.b, pr.h, pr.i, pr.d};
+  check_like(who, "out", out, qshape, q.dtype(), q, k, v);
+  check_like(who, "grad_out", grad_out, qshape, q.dtype(), q, k, v);
+  check_like(who, "lse", lse, {pr.b, pr.h, pr.i}, DType::kFloat32, q, k, v);
+  AttentionGradients g;
+  g.grad_q = Tensor::empty(qshape, q.dtype());
+  g.grad_k = Tensor::empty(k.shape(), k.dtype());
+  g.grad_v = Tensor::empty(v.shape(), v.dtype());
+
+  detail::AttentionBackwardParams p;
+  p.dtype = q.dtype();
+  p.q = q.raw_data();
+  p.k = k.raw_data();
+  p.v = v.raw_data();
+  p.out = out.raw_data();
+  p.dout = grad_out.raw_data();
+  std::copy_n(strides4(q), 4, p.q_stride);
+  std::copy_n(strides4(k), 4, p.k_stride);
+  std::copy_n(strides4(v), 4, p.v_stride);
+  std::copy_n(strides4(out), 4, p.out_stride);
+  std::copy_n(strides4(grad_out), 4, p.dout_stride);
+  p.lse = lse.data<float>();
+  std::copy_n(lse.strides().data(), 3, p.lse_stride);
+  p.b = pr.b;
+  p.h = pr.h;
+  p.hk = k.size(1);
+  p.i = pr.i;
+  p.j = pr.j;
+  p.d = pr.d;
+  p.scale = pr.scale;
+  p.causal = options.causal;
+  p.dq = g.grad_q.raw_mutable_data();
+  p.dk = g.grad_k.raw_mutable_data();
+  p.dv = g.grad_v.raw_mutable_data();
+  std::vector<float> rtable;
+  std::vector<float> dtable;
+  Tensor ddense;
+  switch (bias.kind) {
+    case AttentionBiasKind::kNone:
+      p.bias = detail::FusedBias::kNone;
+      break;
+    case AttentionBiasKind::kAlibi:
+      p.bias = detail::FusedBias::kAlibi;
+      p.slopes = bias.slopes.data();
+      g.grad_slopes.assign(static_cast<std::size_t>(pr.h), 0.0f);
+      p.dslopes = g.grad_slopes.data();
+      break;
+    case AttentionBiasKind::kDistanceTable:
+      p.bias = detail::FusedBias::kTable;
+      rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
+      p.rtable = rtable.data();
+      dtable.assign(static_cast<std::size_t>(pr.h * std::max<std::int64_t>(0, 2 * pr.j - 1)), 0.0f);
+      p.dtable = dtable.data();
+      break;
+    case AttentionBiasKind::kDense:
+      p.bias = detail::FusedBias::kDense;
+      p.dense = bias.dense.data<float>();
+      std::copy_n(pr.dense_stride, 4, p.dense_stride);
+      ddense = Tensor::empty({pr.b, pr.h, pr.i, pr.j}, DType::kFloat32);
+      p.ddense = ddense.mutable_data<float>();
+      break;
+  }
+  detail::attention_backward_kernel(p);
+  if (bias.kind == AttentionBiasKind::kDistanceTable) {
+    const std::int64_t len = std::max<std::int64_t>(0, 2 * pr.j - 1);
+    g.grad_table = Tensor::full(bias.table.shape(), 0.0f);
+    float* gt = g.grad_table.mutable_data<float>();
+    const std::int64_t n = bias.table.size(1);
+    for (std::int64_t hh = 0; hh < pr.h; ++hh) {
+      std::copy_n(dtable.data() + hh * len, len, gt + hh * n);
+    }
+  }
+  if (bias.kind == AttentionBiasKind::kDense) {
+    // Sum dS over the dimensions the dense bias broadcasts along.
+    const Tensor& t = bias.dense;
+    const std::int64_t lead = 4 - t.dim();
+    std::vector<std::int64_t> ext4(4, 1);
+    for (std::int64_t x = lead; x < 4; ++x) ext4[static_cast<std::size_t>(x)] = t.size(x - lead);
+    g.grad_dense = Tensor::full(t.shape(), 0.0f);
+    float* gd = g.grad_dense.mutable_data<float>();
+    const float* src = ddense.data<float>();
+    const std::int64_t full[4] = {pr.b, pr.h, pr.i, pr.j};
+    std::int64_t cs[4];  // contiguous strides of the 4-d view of grad_dense
+    cs[3] = 1;
+    for (int x = 2; x >= 0; --x) cs[x] = cs[x + 1] * ext4[static_cast<std::size_t>(x + 1)];
+    std::int64_t flat = 0;
+    for (std::int64_t b0 = 0; b0 < full[0]; ++b0) {
+      for (std::int64_t h0 = 0; h0 < full[1]; ++h0) {
+        for (std::int64_t r0 = 0; r0 < full[2]; ++r0) {
+          const std::int64_t base = (ext4[0] == 1 ? 0 : b0 * cs[0]) +
+                                    (ext4[1] == 1 ? 0 : h0 * cs[1]) +
+                                    (ext4[2] == 1 ? 0 : r0 * cs[2]);
+          float* dst = gd + base;
+          if (ext4[3] == 1) {
+            float sum = 0.0f;
+            for (std::int64_t c = 0; c < full[3]; ++c) sum += src[flat + c];
+            dst[0] += sum;
+          } else {
+            for (std::int64_t c = 0; c < full[3]; ++c) dst[c] += src[flat + c];
+          }
+          flat += full[3];
+        }
+      }
+    }
+  }
+  return g;
 }
 
 Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -120,6 +120,75 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                          const AttentionBias& bias = AttentionBias::none(),
                          const AttentionOptions& options = {});
 
+/// attention_forward() and the per-row log-sum-exp of the softmax.
+struct AttentionForwardResult {
+  Tensor out;  ///< [b, h, i, d] in q's dtype, as attention_forward()
+  /// float32 [b, h, i]: lse[b][h][r] = ln(sum over visible c of
+  /// exp(scale q_r.k_c + bias[r][c])), the natural log of the softmax
+  /// denominator including the row max; -inf for a row that sees no key or
+  /// whose visible scores are all -inf. What a FlashAttention-style backward
+  /// (attention_backward) and a merge of key-split softmax states need:
+  /// lse = logaddexp(lse1, lse2), out = out1 e^(lse1 - lse) + out2 e^(lse2 - lse).
+  Tensor lse;
+};
+
+/// As attention_forward() (same contract, checks, cost and numerics), also
+/// returning the log-sum-exp of every row. The lse is that of the true
+/// scores for every bias kind (including ALiBi rows before the first key);
+/// accurate to float32 rounding of the max plus about 1e-6 relative.
+AttentionForwardResult attention_forward_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionBias& bias = AttentionBias::none(),
+                                             const AttentionOptions& options = {});
+
+/// Gradients of attention with respect to its inputs (see attention_backward).
+struct AttentionGradients {
+  Tensor grad_q;  ///< [b, h, i, d] in q's dtype
+  Tensor grad_k;  ///< [b, hk, j, d] in k's dtype (summed over the query heads of a kv head)
+  Tensor grad_v;  ///< [b, hk, j, d] in v's dtype (likewise)
+  /// kDistanceTable: float32 [h, n] with the table's n (entries past 2j - 2
+  /// and those no visible (row, key) pair reads are zero): the sum over the
+  /// batch and over each diagonal (q_r - c constant) of dS = dL/dscore.
+  /// Empty for the other kinds.
+  Tensor grad_table;
+  /// kDense: float32 in the dense bias's shape: dS summed over the
+  /// broadcast dimensions. Empty for the other kinds.
+  Tensor grad_dense;
+  /// kAlibi: float32 [h], dL/dslope[h] = sum of dS * -|c - q_r|. Empty
+  /// otherwise.
+  std::vector<float> grad_slopes;
+};
+
+/// The backward of attention_forward(): gradients of a loss L given
+/// grad_out = dL/dout, from the forward's inputs, its output `out` and its
+/// `lse` (attention_forward_lse()). Recomputes the scores block by block
+/// (FlashAttention-2 backward): per key block and query block,
+///   S = scale q k^T + bias, P = exp(S - lse), dV += P^T dO,
+///   dP = dO V^T, dS = P (dP - rowsum(dO * out)), dQ += scale dS K,
+///   dK += scale dS^T Q,
+/// and the table gradient is the sum of dS along each diagonal; never an
+/// [i, j] matrix (except grad_dense itself, which is [b, h, i, j] before the
+/// reduction to the dense bias's shape).
+///
+/// Arguments: q, k, v, bias and options exactly as given to the forward;
+/// out [b, h, i, d] and grad_out [b, h, i, d] in q's dtype (any strides);
+/// lse float32 [b, h, i] (any strides). Masked keys and rows with lse = -inf
+/// get zero gradient. Numerics: float32 accumulation; agrees with a double
+/// reference to about 1e-5 + 1e-4 |g| (relative to the largest gradients of
+/// a tensor for long rows).
+///
+/// Threads: OpenMP over (b, h) (one task owns a head; fewer heads than
+/// threads leaves threads idle); results do not depend on the thread count
+/// (each head is one task; the GQA and batch sums run in a fixed order).
+/// Memory: float32 dK and dV per query head ([b, h, j, d] each, summed into
+/// [b, hk, j, d] at the end) plus per thread the packed q, dO, K, K^T, V^T
+/// and dQ of one head.
+///
+/// Errors: those of attention_forward(), plus std::invalid_argument with the
+/// shapes for an out, grad_out or lse of the wrong shape or dtype.
+AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const AttentionBias& bias, const AttentionOptions& options,
+                                      const Tensor& out, const Tensor& lse, const Tensor& grad_out);
+
 /// The plain path, same contract and checks as attention_forward(): for each
 /// (b, h) and row, the materialised row of scale * q k^T + bias (double
 /// accumulation), softmax over the visible keys, product with v. O(j) extra

@@ -28,10 +28,11 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include "kernels/attention_fused.h"
 
 #include <hwy/aligned_allocator.h>
 #include <hwy/contrib/math/math-inl.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -41,8 +42,6 @@
 #include <cstring>
 #include <limits>
 #include <vector>
-
-#include "kernels/attention_fused.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -191,8 +190,8 @@ HWY_INLINE void PVTile(DF df, const float* HWY_RESTRICT p, std::int64_t ldp,
 }
 
 template <int R>
-HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp,
-                       std::int64_t dp, std::int64_t keys, const float* alpha, float* o) {
+HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp, std::int64_t dp,
+                       std::int64_t keys, const float* alpha, float* o) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   std::int64_t x = 0;
   for (; x + kVecs * n <= dp; x += kVecs * n) {
@@ -278,9 +277,9 @@ struct AttentionWork {
 // Adds the bias to row r (absolute query row qr, position qpos) of S over
 // columns [0, cols) of the block at key c0, masks columns >= lim with -inf,
 // and returns the row max.
-HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t bb,
-                             std::int64_t hh, std::int64_t qr, std::int64_t qpos, std::int64_t c0,
-                             std::int64_t cols, std::int64_t lim, float* HWY_RESTRICT s) {
+HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t bb, std::int64_t hh,
+                             std::int64_t qr, std::int64_t qpos, std::int64_t c0, std::int64_t cols,
+                             std::int64_t lim, float* HWY_RESTRICT s) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   // A row that sees no key of this block reads nothing (with i > j a
   // distance-table window would start outside the table).
@@ -306,9 +305,8 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   // float32 would round them to the ulp of hundreds.
   const std::int64_t alibi_rel0 = c0 - std::max<std::int64_t>(qpos, 0);
   const VF neg_slope = hn::Set(df, p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f);
-  const float* window = p.bias == FusedBias::kTable
-                            ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1)
-                            : nullptr;
+  const float* window =
+      p.bias == FusedBias::kTable ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1) : nullptr;
   // Only the vectors holding visible keys: the rest of the row is never read.
   const std::int64_t span = std::min<std::int64_t>(
       cols, static_cast<std::int64_t>(
@@ -352,8 +350,9 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
 
 // One (batch, head, query block) over key blocks [kb0, kb1). Leaves m, l, O
 // (unnormalised) in w.
-void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::int64_t bb, std::int64_t hh,
-             std::int64_t qb, std::int64_t kb0, std::int64_t kb1, AttentionWork& w) {
+void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::int64_t bb,
+             std::int64_t hh, std::int64_t qb, std::int64_t kb0, std::int64_t kb1,
+             AttentionWork& w) {
   const DF df;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t d = p.d;
@@ -400,8 +399,8 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
       max_lim = std::max(max_lim, lim);
     }
     if (max_lim == 0) continue;
-    const std::int64_t cols = hwy::RoundUpTo(static_cast<std::size_t>(max_lim),
-                                             static_cast<std::size_t>(n));
+    const std::int64_t cols =
+        hwy::RoundUpTo(static_cast<std::size_t>(max_lim), static_cast<std::size_t>(n));
 
     float* s = w.s.get();
     float* kt = w.kt.get();
@@ -419,10 +418,18 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
           PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
         }
         switch (br) {
-          case 1: QKDotRows<1>(df, w.q.get(), d, krow, s + c, cols); break;
-          case 2: QKDotRows<2>(df, w.q.get(), d, krow, s + c, cols); break;
-          case 3: QKDotRows<3>(df, w.q.get(), d, krow, s + c, cols); break;
-          default: QKDotRows<4>(df, w.q.get(), d, krow, s + c, cols); break;
+          case 1:
+            QKDotRows<1>(df, w.q.get(), d, krow, s + c, cols);
+            break;
+          case 2:
+            QKDotRows<2>(df, w.q.get(), d, krow, s + c, cols);
+            break;
+          case 3:
+            QKDotRows<3>(df, w.q.get(), d, krow, s + c, cols);
+            break;
+          default:
+            QKDotRows<4>(df, w.q.get(), d, krow, s + c, cols);
+            break;
         }
       }
     } else {
@@ -519,7 +526,8 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
           PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, tmp);
         }
         for (r = 0; r < br; ++r) {
-          if (c < w.lim[static_cast<std::size_t>(r)]) AxpyRow(df, s[r * cols + c], vrow, d, o + r * dp);
+          if (c < w.lim[static_cast<std::size_t>(r)])
+            AxpyRow(df, s[r * cols + c], vrow, d, o + r * dp);
         }
       }
       continue;
@@ -547,6 +555,19 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
   }
 }
 
+// log-sum-exp of a row from its softmax state (max m, sum l of exp(s - m)).
+// ALiBi rows before the first key (q_r < 0) were scored with -slope * c
+// instead of -slope * (c - q_r): add back the constant slope * q_r.
+float AttentionRowLse(const FusedAttentionParams& p, std::int64_t hh, std::int64_t r, float m,
+                      float l) {
+  if (std::isnan(l)) return l;
+  if (l == 0.0f || m == kNegInf) return kNegInf;
+  float lse = m + std::log(l);
+  const std::int64_t qpos = p.j - p.i + r;
+  if (p.bias == FusedBias::kAlibi && qpos < 0) lse += p.slopes[hh] * static_cast<float>(qpos);
+  return lse;
+}
+
 void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block_k,
          std::int64_t splits) {
   const DF df;
@@ -568,13 +589,15 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
       splits = std::min<std::int64_t>(bl.nkb, (2 * threads + base_tasks - 1) / base_tasks);
     }
   }
-  bl.splits = std::min<std::int64_t>(std::max<std::int64_t>(splits, 1),
-                                     std::max<std::int64_t>(bl.nkb, 1));
-  const std::int64_t bkp = hwy::RoundUpTo(static_cast<std::size_t>(bl.bk), static_cast<std::size_t>(n));
+  bl.splits =
+      std::min<std::int64_t>(std::max<std::int64_t>(splits, 1), std::max<std::int64_t>(bl.nkb, 1));
+  const std::int64_t bkp =
+      hwy::RoundUpTo(static_cast<std::size_t>(bl.bk), static_cast<std::size_t>(n));
   bl.bkp = bkp;
-  bl.pack_heads = bl.nqb * bl.splits > 1 &&
-                  4.0 * static_cast<double>(bl.nkb) * static_cast<double>(bkp) *
-                          static_cast<double>(d + dp) <= kMaxPackBytes;
+  bl.pack_heads =
+      bl.nqb * bl.splits > 1 &&
+      4.0 * static_cast<double>(bl.nkb) * static_cast<double>(bkp) * static_cast<double>(d + dp) <=
+          kMaxPackBytes;
   const std::int64_t tasks = base_tasks * bl.splits;
   // Split partial states: [tasks][bq] m and l, [tasks][bq][dp] O.
   std::vector<float> part_m, part_l, part_o;
@@ -584,8 +607,7 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
     part_o.assign(static_cast<std::size_t>(tasks * bl.bq * dp), 0.0f);
   }
   const double flops = static_cast<double>(bh) * static_cast<double>(p.i) *
-                       static_cast<double>(std::max<std::int64_t>(p.j, 1)) *
-                       static_cast<double>(d);
+                       static_cast<double>(std::max<std::int64_t>(p.j, 1)) * static_cast<double>(d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
 
 #pragma omp parallel if (parallel)
@@ -626,13 +648,16 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
         if (l == 0.0f) std::fill(orow, orow + d, 0.0f);  // no visible key
         StoreRow(orow, d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
                  ((bb * p.h + hh) * p.i + r0 + r) * d);
+        if (p.lse) {
+          p.lse[(bb * p.h + hh) * p.i + r0 + r] = AttentionRowLse(p, hh, r0 + r, w.m[r], l);
+        }
       }
     }
   }
   if (bl.splits == 1) return;
 
-  // Merge the split states: M = max m_s, L = sum l_s e^(m_s - M),
-  // O = sum O_s e^(m_s - M) / L.
+    // Merge the split states: M = max m_s, L = sum l_s e^(m_s - M),
+    // O = sum O_s e^(m_s - M) / L.
 #pragma omp parallel if (parallel)
   {
     std::vector<float> acc(static_cast<std::size_t>(dp));
@@ -665,6 +690,7 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
         }
         StoreRow(acc.data(), d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
                  (bhi * p.i + r0 + r) * d);
+        if (p.lse) p.lse[bhi * p.i + r0 + r] = AttentionRowLse(p, bhi % p.h, r0 + r, mx, l);
       }
     }
   }

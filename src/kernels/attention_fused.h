@@ -30,10 +30,14 @@ struct FusedAttentionParams {
   // entry (c - q_r) + (j - 1) is the bias of row r, column c (the user's
   // table reversed once, so that a row's window is read forwards).
   const float* rtable = nullptr;
-  std::int64_t rtable_stride = 0;  // between heads
-  const float* dense = nullptr;    // kDense: element [b, h, r, c] at the strides
+  std::int64_t rtable_stride = 0;     // between heads
+  const float* dense = nullptr;       // kDense: element [b, h, r, c] at the strides
   std::int64_t dense_stride[4] = {};  // 0 along broadcast dimensions
-  void* out = nullptr;  // contiguous [b, h, i, d] of dtype
+  void* out = nullptr;                // contiguous [b, h, i, d] of dtype
+  // Optional: the natural log of each row's softmax denominator, including
+  // its max (the true scores, also for ALiBi rows before the first key);
+  // -inf for a row without a finite score. Contiguous [b, h, i].
+  float* lse = nullptr;
 };
 
 // The whole computation, threaded with OpenMP (best instruction set of this
