@@ -48,11 +48,12 @@ class _SlopeModule(nn.Module):
     output."""
 
     def _apply(self, fn):
+        slopes = self.slopes  # float32; .half() would round them
         super()._apply(fn)
         probe = fn(torch.empty(0, dtype=getattr(self, "dtype", torch.float32)))
         if probe.is_floating_point():
             self.dtype = probe.dtype
-        self.slopes = self.slopes.to(dtype=torch.float32)
+        self.slopes = slopes.to(device=self.slopes.device)  # new device, old values
         return self
 
 

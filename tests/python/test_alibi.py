@@ -132,15 +132,20 @@ def test_get_bias_and_custom_positions():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_module_keeps_float32_slopes(dtype):
-    m = posbias.AlibiPositionalBias(heads=8, total_heads=8).to(dtype)
+    m = posbias.AlibiPositionalBias(heads=12, total_heads=12).to(dtype)
     assert m.slopes.dtype == torch.float32
+    assert torch.equal(m.slopes, R.alibi_slopes(12))  # not rounded through 16 bits
     out = m(3, 2500)
     assert out.dtype == dtype
     # Computed in float32, rounded once (fp16 holds the distances only up to 2048).
-    ref = R.alibi_bias(R.alibi_slopes(8), 3, 2500).to(torch.float32).to(dtype)
+    ref = R.alibi_bias(R.alibi_slopes(12), 3, 2500).to(torch.float32).to(dtype)
     assert torch.equal(out, ref)
     m.float()
     assert m(2, 3).dtype == torch.float32 and m.slopes.dtype == torch.float32
+    assert torch.equal(m.slopes, R.alibi_slopes(12))
+    b = posbias.AlibiBias(3, slopes=torch.tensor([-0.1, -0.3, -0.7])).half()
+    assert b.slopes.dtype == torch.float32 and b.build(2, 2).dtype == torch.float16
+    assert torch.equal(b.slopes, torch.tensor([-0.1, -0.3, -0.7]))
 
 
 def test_state_dict_has_no_buffers():
