@@ -28,11 +28,13 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
+// foreach_target.h before any other Highway header (math-inl.h includes
+// highway.h): otherwise clang compiles the static target twice.
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include "kernels/attention_fused.h"
 
 #include <hwy/aligned_allocator.h>
 #include <hwy/contrib/math/math-inl.h>
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <omp.h>
 
