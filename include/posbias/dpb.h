@@ -57,11 +57,13 @@
 
 namespace posbias {
 
+/// Which DynamicPositionBias MLP: zeta's (the documentation's) or x-transformers'.
 enum class DpbVariant : std::uint8_t {
   kZeta = 0,           // Linear(1,dim) SiLU Linear(dim,dim) SiLU Linear(dim,heads)
   kXTransformers = 1,  // depth x (Linear [LayerNorm] SiLU), Linear(dim,heads)
 };
 
+/// The constructor arguments of DynamicPositionBias (see the file comment).
 struct DpbOptions {
   std::int64_t dim = 0;    // hidden width, >= 1
   std::int64_t heads = 0;  // output heads, >= 1
@@ -72,6 +74,7 @@ struct DpbOptions {
   float layernorm_eps = 1e-5f;
 };
 
+/// The Dynamic Position Bias module: an MLP over relative distances (see the file comment).
 class DynamicPositionBias {
  public:
   /// zeta's module: DynamicPositionBias(dim, heads), parameters initialised

@@ -49,6 +49,7 @@ std::int64_t t5_relative_position_bucket(std::int64_t rel, bool causal,
                                          std::int64_t num_buckets = 32,
                                          std::int64_t max_distance = 128);
 
+/// T5's relative position bias (x-transformers' RelativePositionBias), see the file comment.
 class RelativePositionBias {
  public:
   /// The embedding starts N(0, 1) from `seed` (PyTorch's nn.Embedding

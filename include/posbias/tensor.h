@@ -27,6 +27,7 @@
 
 namespace posbias {
 
+/// A reference-counted, strided n-d array (see the file comment).
 class Tensor {
  public:
   /// An empty, 0-d, zero-element float32 tensor that owns nothing.
