@@ -350,6 +350,34 @@ def check_agreement(args, log):
             log(f"  {'ok  ' if good else 'FAIL'} {scheme:10s} n {n:5d}: max |logits posbias - "
                 f"torch| = {diff:.2e}, max relative gradient difference = {gdiff:.2e}")
     log(f"worst logit difference {worst:.2e} (tolerance {args.agreement_tol:g})")
+    return check_position_tables(args, log) and ok
+
+
+def check_position_tables(args, log):
+    """The example builds its slopes and tables in PyTorch (so both attention paths see the same
+    ones); they must equal the op library's own alibi_slopes, t5_distance_table and
+    dpb_distance_table."""
+    ops = torch.ops.posbias
+    ok = True
+    n = max(args.eval_mults) * args.seq_len
+    with torch.no_grad():
+        checks = [("alibi slopes", model.alibi_slopes(args.heads), ops.alibi_slopes(args.heads))]
+        if "t5" in args.schemes:
+            t5 = new_model(args, "t5").position
+            t5.embedding.weight.normal_()  # a spread of values, not the small init
+            checks.append(("t5 table", t5(n)["table"],
+                           ops.t5_distance_table(t5.embedding.weight, n, True, t5.num_buckets,
+                                                 t5.max_distance, 1.0)))
+        if "dpb" in args.schemes:
+            dpb = new_model(args, "dpb").position
+            checks.append(("dpb table", dpb(n)["table"],
+                           ops.dpb_distance_table(list(dpb.mlp.parameters()), n, "zeta")))
+    for name, mine, theirs in checks:
+        diff = (mine - theirs).abs().max().item() if mine.shape == theirs.shape else math.inf
+        good = diff <= 1e-5 * max(1.0, theirs.abs().max().item())
+        ok &= good
+        log(f"  {'ok  ' if good else 'FAIL'} {name} {list(mine.shape)} against the op "
+            f"library's: max difference {diff:.2e}")
     return ok
 
 
