@@ -134,6 +134,33 @@ Tensor Tensor::empty(const std::vector<std::int64_t>& shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::from_blob(void* data, const std::vector<std::int64_t>& shape,
+                         const std::vector<std::int64_t>& strides, DType dtype,
+                         std::shared_ptr<void> owner) {
+  if (shape.size() != strides.size()) {
+    throw std::invalid_argument("Tensor::from_blob: " + std::to_string(shape.size()) +
+                                " extents but " + std::to_string(strides.size()) + " strides");
+  }
+  std::int64_t n = 1;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] < 0 || strides[k] < 0) {
+      throw std::invalid_argument("Tensor::from_blob: negative extent or stride in dimension " +
+                                  std::to_string(k));
+    }
+    n *= shape[k];
+  }
+  if (data == nullptr && n != 0) {
+    throw std::invalid_argument("Tensor::from_blob: null data for " + std::to_string(n) +
+                                " elements");
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.strides_ = strides;
+  t.storage_ = std::shared_ptr<void>(std::move(owner), data);
+  return t;
+}
+
 Tensor Tensor::full(const std::vector<std::int64_t>& shape, float value,
                     DType dtype) {
   Tensor t = empty(shape, dtype);

@@ -49,6 +49,16 @@ class Tensor {
   static Tensor from_vector(const std::vector<std::int64_t>& shape,
                             const std::vector<float>& values);
 
+  /// A view of memory the caller owns (no copy), e.g. a torch::Tensor's
+  /// data: `shape` and `strides` (in elements, >= 0, one per dimension) of
+  /// `dtype` elements starting at `data`. `owner` is kept alive by every
+  /// handle to the view (pass the owning object, or nothing when the memory
+  /// outlives every handle). std::invalid_argument for a negative extent or
+  /// stride or mismatched ranks; a null `data` only with zero elements.
+  static Tensor from_blob(void* data, const std::vector<std::int64_t>& shape,
+                          const std::vector<std::int64_t>& strides, DType dtype,
+                          std::shared_ptr<void> owner = {});
+
   /// Element type, number of dimensions, and extents.
   DType dtype() const { return dtype_; }
   std::int64_t dim() const { return static_cast<std::int64_t>(shape_.size()); }
