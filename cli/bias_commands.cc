@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "bias_plot.h"
 #include "commands.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
@@ -183,6 +184,7 @@ struct DpbArgs {
   bool table = false;
   std::string dtype = "float32";
   std::string format = "text";
+  std::string plot;
 };
 
 DpbOptions dpb_options(const DpbArgs& a) {
@@ -234,7 +236,13 @@ Command add_dpb_command(CLI::App& app) {
       "Examples:\n"
       "  posbias dpb --dim 64 --heads 8 -i 5 -j 5 --seed 1\n"
       "  posbias dpb --dim 64 --heads 8 -i 1 -j 4096 --weights dpb.safetensors --format json\n"
-      "  posbias dpb --dim 64 --heads 8 --seed 1 --save dpb.safetensors");
+      "  posbias dpb --dim 64 --heads 8 --seed 1 --save dpb.safetensors\n"
+      "  posbias dpb --dim 64 --heads 8 -i 64 -j 64 --seed 1 --plot dpb.png\n"
+      "--plot FILE (also on `alibi` and `t5`) draws the bias instead of printing it:\n"
+      "PNG or SVG by the file's extension, one panel per head, one colour scale\n"
+      "for all heads, block means past 256 x 256 cells per panel (said in the\n"
+      "title), at most 64 heads and 2^28 values. The file is written through a\n"
+      "temporary file in the same directory and renamed: never half-written.");
   sub->add_option("--dim", args->dim, "Hidden width of the MLP (>= 1)")
       ->required()
       ->check(int64_in_range());
@@ -275,8 +283,18 @@ Command add_dpb_command(CLI::App& app) {
                   "Output dtype: float32, bfloat16 or float16 (computed in float32, rounded once)")
       ->default_str("float32");
   add_format_option(*sub, args->format);
+  CLI::Option* plot_option = sub->add_option(
+      "--plot", args->plot,
+      "Draw the bias as a heatmap into FILE (.png or .svg) instead of printing it: one panel per "
+      "head, a shared colour scale, block means past 256 x 256");
+  plot_option->type_name("FILE");
 
   return {sub, [args](std::ostream& out) {
+            if (!args->plot.empty()) {
+              check_plot_path(args->plot);
+              if (args->table)
+                throw std::invalid_argument("--plot draws forward(i, j), not --table");
+            }
             const DType dtype = parse_dtype(args->dtype);
             const DpbOptions options = dpb_options(*args);
             // Check the lengths given before anything is written.
@@ -294,6 +312,22 @@ Command add_dpb_command(CLI::App& app) {
             DynamicPositionBias module(options, parse_seed(args->seed));
             if (!args->weights.empty()) {
               file_argument("--weights", args->weights, [&] { module.load(args->weights); });
+            }
+            if (!args->plot.empty()) {
+              const ToeplitzBias bias = dpb_toeplitz(module, *args->i, *args->j, dtype);
+              std::string title = "DynamicPositionBias(dim=" + std::to_string(args->dim) +
+                                  ", heads=" + std::to_string(args->heads) + ")" +
+                                  (args->variant == "zeta" ? "" : " x-transformers") + ".forward(" +
+                                  std::to_string(*args->i) + ", " + std::to_string(*args->j) + ")";
+              if (dtype != DType::kFloat32) title += " " + dtype_name(dtype);
+              const std::string what = plot::write_heatmap(
+                  "--plot", args->plot,
+                  toeplitz_heatmap(bias, title, head_panel_titles(options.heads)));
+              if (!args->save.empty()) {
+                file_argument("--save", args->save, [&] { module.save(args->save); });
+              }
+              out << "wrote " << args->plot << ": " << what << "\n";
+              return 0;
             }
             std::optional<Tensor> result;
             if (args->table) {
@@ -335,6 +369,7 @@ Command add_t5_command(CLI::App& app) {
     std::string format = "text";
     bool buckets = false;
     bool table = false;
+    std::string plot;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -376,43 +411,64 @@ Command add_t5_command(CLI::App& app) {
       sub->add_flag("--table", args->table,
                     "Print the distance table [heads, 2j - 1] (entry (q - c) + j - 1) instead");
   buckets->excludes(table);
+  CLI::Option* plot_option = sub->add_option(
+      "--plot", args->plot,
+      "Draw the bias as a heatmap into FILE (.png or .svg) instead of printing it (see `posbias "
+      "dpb --help`)");
+  plot_option->type_name("FILE");
+  plot_option->excludes(buckets)->excludes(table);
 
-  return {sub, [args](std::ostream& out) {
-            const DType dtype = parse_dtype(args->dtype);
-            if (args->buckets) {
-              const std::int64_t i = args->i;
-              const std::int64_t j = args->j;
-              if (i < 0 || j < 0) {
-                throw std::invalid_argument("i and j must be >= 0, got i = " + std::to_string(i) +
-                                            ", j = " + std::to_string(j));
-              }
-              // Checks the bucket arguments even when the grid is empty.
-              t5_relative_position_bucket(0, args->causal, args->num_buckets, args->max_distance);
-              const auto bucket = [&](std::int64_t r, std::int64_t c) {
-                // rel = key - query, the query of row r at j - i + r.
-                return t5_relative_position_bucket(c - (j - i + r), args->causal, args->num_buckets,
-                                                   args->max_distance);
-              };
-              if (args->format == "json") {
-                write_int_grid_json(out, i, j, bucket);
-              } else {
-                out << IntGridFormatter(i, j, bucket).format() << "\n";
-              }
-              return 0;
-            }
-            require_length(args->heads, "--heads", " (or give --buckets)");
-            const RelativePositionBias module(args->scale, args->causal, args->num_buckets,
-                                              args->max_distance, *args->heads,
-                                              parse_seed(args->seed));
-            if (args->table) {
-              Tensor t = module.distance_table(args->j);
-              if (dtype != DType::kFloat32) t = t.to(dtype);
-              print_tensor(out, t, args->format);
-            } else {
-              print_tensor(out, module.forward(args->i, args->j, dtype), args->format);
-            }
-            return 0;
-          }};
+  return {
+      sub, [args](std::ostream& out) {
+        if (!args->plot.empty()) check_plot_path(args->plot);
+        const DType dtype = parse_dtype(args->dtype);
+        if (args->buckets) {
+          const std::int64_t i = args->i;
+          const std::int64_t j = args->j;
+          if (i < 0 || j < 0) {
+            throw std::invalid_argument("i and j must be >= 0, got i = " + std::to_string(i) +
+                                        ", j = " + std::to_string(j));
+          }
+          // Checks the bucket arguments even when the grid is empty.
+          t5_relative_position_bucket(0, args->causal, args->num_buckets, args->max_distance);
+          const auto bucket = [&](std::int64_t r, std::int64_t c) {
+            // rel = key - query, the query of row r at j - i + r.
+            return t5_relative_position_bucket(c - (j - i + r), args->causal, args->num_buckets,
+                                               args->max_distance);
+          };
+          if (args->format == "json") {
+            write_int_grid_json(out, i, j, bucket);
+          } else {
+            out << IntGridFormatter(i, j, bucket).format() << "\n";
+          }
+          return 0;
+        }
+        require_length(args->heads, "--heads", " (or give --buckets)");
+        const RelativePositionBias module(args->scale, args->causal, args->num_buckets,
+                                          args->max_distance, *args->heads, parse_seed(args->seed));
+        if (!args->plot.empty()) {
+          const ToeplitzBias bias = t5_toeplitz(module, args->i, args->j, dtype);
+          std::string title = "RelativePositionBias(heads=" + std::to_string(*args->heads) +
+                              (args->causal ? ", causal" : ", two-sided") +
+                              ", buckets=" + std::to_string(args->num_buckets) +
+                              ", max_distance=" + std::to_string(args->max_distance) +
+                              ").forward(" + std::to_string(args->i) + ", " +
+                              std::to_string(args->j) + ")";
+          if (dtype != DType::kFloat32) title += " " + dtype_name(dtype);
+          const std::string what = plot::write_heatmap(
+              "--plot", args->plot, toeplitz_heatmap(bias, title, head_panel_titles(*args->heads)));
+          out << "wrote " << args->plot << ": " << what << "\n";
+          return 0;
+        }
+        if (args->table) {
+          Tensor t = module.distance_table(args->j);
+          if (dtype != DType::kFloat32) t = t.to(dtype);
+          print_tensor(out, t, args->format);
+        } else {
+          print_tensor(out, module.forward(args->i, args->j, dtype), args->format);
+        }
+        return 0;
+      }};
 }
 
 // --------------------------------------------------------------- t5-bucket

@@ -48,6 +48,9 @@ Command add_attention_command(CLI::App& app);
 /// `--format text|json` (default text) on `sub`, stored in `format`.
 void add_format_option(CLI::App& sub, std::string& format);
 
+/// `--plot FILE` on `sub` (a heatmap of the bias, see bias_plot.h).
+void add_plot_option(CLI::App& sub, std::string& path);
+
 /// `t` like PyTorch's print(tensor) (format "text") or as the JSON of
 /// posbias::write_json (format "json"), then a newline.
 void print_tensor(std::ostream& out, const Tensor& t, const std::string& format);

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <vector>
 
+#include "bias_plot.h"
 #include "commands.h"
 #include "posbias/alibi.h"
 #include "posbias/dtype.h"
@@ -57,6 +58,13 @@ CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const 
 }
 
 }  // namespace
+
+void add_plot_option(CLI::App& sub, std::string& path) {
+  sub.add_option("--plot", path,
+                 "Draw the bias as a heatmap into FILE (.png or .svg) instead of printing it: one "
+                 "panel per head, a shared colour scale, block means past 256 x 256")
+      ->type_name("FILE");
+}
 
 void add_format_option(CLI::App& sub, std::string& format) {
   sub.add_option("--format", format, kFormatHelp)
@@ -148,6 +156,7 @@ Command add_alibi_command(CLI::App& app) {
     std::string format = "text";
     std::vector<float> slopes;
     CLI::Option* slopes_option = nullptr;
+    std::string plot;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub =
@@ -155,8 +164,10 @@ Command add_alibi_command(CLI::App& app) {
   sub->footer(
       "Shape [T, i, j]: bias[h][r][c] = -slope[h] * |c - (j - i + r)| for h < H\n"
       "(the queries are the last i of the j keys), 0 for heads H..T-1.\n"
-      "Example:\n"
-      "  posbias alibi --heads 4 --total-heads 8 -i 8 -j 15");
+      "--plot FILE draws it instead of printing it (see `posbias dpb --help`).\n"
+      "Examples:\n"
+      "  posbias alibi --heads 4 --total-heads 8 -i 8 -j 15\n"
+      "  posbias alibi --heads 8 -i 4096 -j 4096 --plot alibi.png");
   sub->add_option("--heads", args->heads, "Biased heads H (>= 1); may be left out with --slopes")
       ->check(int64_in_range());
   sub->add_option("--total-heads", args->total_heads,
@@ -173,8 +184,10 @@ Command add_alibi_command(CLI::App& app) {
       add_slopes_option(*sub, args->slopes,
                         "Custom slopes, one per biased head (default: alibi_slopes(H)); used as "
                         "given, positive slopes penalise distance");
+  add_plot_option(*sub, args->plot);
 
   return {sub, [args](std::ostream& out) {
+            if (!args->plot.empty()) check_plot_path(args->plot);
             check_slopes_given(args->slopes_option, args->slopes);
             const DType dtype = parse_dtype(args->dtype);
             if (!args->heads && args->slopes.empty()) {
@@ -186,6 +199,20 @@ Command add_alibi_command(CLI::App& app) {
                 args->slopes.empty()
                     ? AlibiPositionalBias(heads, args->total_heads, dtype)
                     : AlibiPositionalBias(heads, args->total_heads, args->slopes, dtype);
+            if (!args->plot.empty()) {
+              const ToeplitzBias bias = alibi_toeplitz(module, args->i, args->j, dtype);
+              std::string title = "AlibiPositionalBias(heads=" + std::to_string(heads) +
+                                  ", total_heads=" + std::to_string(module.total_heads()) +
+                                  ").forward(" + std::to_string(args->i) + ", " +
+                                  std::to_string(args->j) + ")";
+              if (dtype != DType::kFloat32) title += " " + dtype_name(dtype);
+              const std::string what = plot::write_heatmap(
+                  "--plot", args->plot,
+                  toeplitz_heatmap(bias, title,
+                                   alibi_panel_titles(module.slopes(), module.total_heads())));
+              out << "wrote " << args->plot << ": " << what << "\n";
+              return 0;
+            }
             print_tensor(out, module.forward(args->i, args->j), args->format);
             return 0;
           }};

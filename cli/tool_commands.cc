@@ -1,5 +1,7 @@
 // `posbias demo`, `posbias check-golden` and `posbias bench`: the command-line
 // side of work done in demo.cc, golden_check.cc and benchmarks/bench_suite.cc.
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -13,16 +15,52 @@
 namespace posbias::cli {
 
 Command add_demo_command(CLI::App& app) {
+  struct Args {
+    DemoOptions options;
+    std::string progress = "auto";
+  };
+  auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
-      "demo", "The documentation's ALiBi and DynamicPositionBias examples, run and explained");
+      "demo", "The seed documents' examples, run and explained, with pictures and timings");
   sub->footer(
       "Runs the usage examples of the AlibiPositionalBias documentation (heads 4 of\n"
       "8: (10, 10), (5, 5) from the stored bias, (8, 15)), a decode step, the\n"
-      "\"ALiBi\" seed's worked example, and the DynamicPositionBias documentation's\n"
-      "module(0, 5) (an empty tensor: i and j are lengths) with what it meant,\n"
-      "module(5, 5) and module(1, 5), and says what each shows. Exit code 1 if\n"
-      "something it states does not hold.");
-  return {sub, [](std::ostream& out) { return run_demo(out); }};
+      "\"ALiBi\" seed's worked example and its AlibiBias builder (causal and not),\n"
+      "the DynamicPositionBias documentation's module(0, 5) (an empty tensor: i and\n"
+      "j are lengths) with what it meant, and its \"Inspecting the bias\" as\n"
+      "heatmaps (written to --out, named at the end). Then attention at a long\n"
+      "sequence with the bias materialised and fused, time and peak memory, each in\n"
+      "a child process. A progress bar goes to stderr while that runs, by default\n"
+      "only when stderr is a terminal. Exit code 1 if something it states does not\n"
+      "hold; 2 if the folder cannot be written.");
+  sub->add_option("--out", args->options.plot_dir, "Folder for the pictures (created if missing)")
+      ->type_name("DIR")
+      ->default_str(args->options.plot_dir);
+  sub->add_option("--length", args->options.attention_length,
+                  "Sequence length of the attention comparison (64..65536)")
+      ->check(int64_in_range())
+      ->default_str(std::to_string(args->options.attention_length));
+  sub->add_option("--repetitions", args->options.repetitions,
+                  "Timed runs per attention variant (1..20); the median is shown")
+      ->default_str(std::to_string(args->options.repetitions));
+  sub->add_option("--progress", args->progress,
+                  "Progress bar on stderr: auto (when stderr is a terminal), always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->default_str("auto");
+  return {sub, [args](std::ostream& out) {
+            DemoOptions o = args->options;
+            if (o.attention_length < 64 || o.attention_length > 65536) {
+              throw std::invalid_argument("--length must be in [64, 65536], got " +
+                                          std::to_string(o.attention_length));
+            }
+            if (o.repetitions < 1 || o.repetitions > 20) {
+              throw std::invalid_argument("--repetitions must be in [1, 20], got " +
+                                          std::to_string(o.repetitions));
+            }
+            o.progress = args->progress == "always" ||
+                         (args->progress == "auto" && isatty(STDERR_FILENO) != 0);
+            return run_demo(out, o);
+          }};
 }
 
 // Exit code 1 if a case failed; GoldenFileError (unreadable or malformed
