@@ -90,11 +90,10 @@ class DynamicPositionBias(nn.Module):
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
         j = _checks.check_int("DynamicPositionBias.distance_table: j", j, minimum=1)
         params = self._params()
-        dtype = params[0].dtype
-        if dtype == torch.float32 and params[0].device.type == "cpu":
+        if params[0].device.type == "cpu":  # the op keeps the parameters' dtype
             return torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
-        # Other dtypes (float64 for gradcheck) or devices: the same MLP in torch.
-        t = self.mlp(torch.arange(j, dtype=dtype, device=params[0].device)[:, None])
+        # Other devices: the same MLP in torch.
+        t = self.mlp(torch.arange(j, dtype=params[0].dtype, device=params[0].device)[:, None])
         idx = (torch.arange(2 * j - 1, device=t.device) - (j - 1)).abs()
         return t[idx].t()
 

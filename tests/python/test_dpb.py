@@ -72,12 +72,14 @@ def test_gradients_match_reference_autograd(i, j):
 
 
 def test_gradcheck_double():
-    """torch.autograd.gradcheck in float64 of the module's forward with respect
-    to every parameter (finite differences against the autograd gradient)."""
+    """torch.autograd.gradcheck in float64 of the module's forward (the op
+    dpb_distance_table, which keeps float64, then the package's expansion) with
+    respect to every parameter."""
     torch.manual_seed(3)
     m = posbias.DynamicPositionBias(4, 2).double()
     names = [n for n, _ in m.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for p in m.parameters())
+    assert m.distance_table(3).dtype == torch.float64
 
     def f(*ps):
         return torch.nn.utils.stateless.functional_call(m, dict(zip(names, ps)), (3, 5))
