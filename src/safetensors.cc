@@ -506,6 +506,44 @@ void read_exact(int fd, void* dst, std::uint64_t offset, std::uint64_t bytes,
   }
 }
 
+// Appends up to `want` bytes from a stream (fewer only at its end).
+void read_stream(int fd, std::string& bytes, std::uint64_t want, const std::string& path) {
+  char buf[1 << 16];
+  while (want > 0) {
+    const ssize_t got =
+        ::read(fd, buf, static_cast<std::size_t>(std::min<std::uint64_t>(want, sizeof buf)));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(errno));
+    }
+    if (got == 0) return;
+    bytes.append(buf, static_cast<std::size_t>(got));
+    want -= static_cast<std::uint64_t>(got);
+  }
+}
+
+// The largest end offset a header names (0 when it is not an object of
+// entries with data_offsets): how many data bytes a stream should hold. Only
+// a bound for reading; parse_header() validates the header afterwards.
+std::uint64_t claimed_data_bytes(std::string_view header) {
+  // Only the entries' data_offsets are kept (depth <= 3): a deeply nested
+  // header is dropped while it is parsed, never built.
+  const json root = json::parse(
+      header.begin(), header.end(),
+      [](int depth, json::parse_event_t, json&) { return depth <= 3; },
+      /*allow_exceptions=*/false);
+  std::uint64_t end = 0;
+  if (!root.is_object()) return 0;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (!it.value().is_object()) continue;
+    const auto offsets = it.value().find("data_offsets");
+    if (offsets == it.value().end() || !offsets->is_array() || offsets->size() != 2) continue;
+    const json& last = (*offsets)[1];
+    if (last.is_number_unsigned()) end = std::max(end, last.get<std::uint64_t>());
+  }
+  return end;
+}
+
 void write_all(int fd, const void* data, std::size_t bytes, const std::string& tmp,
                const std::string& path) {
   const auto* p = static_cast<const char*>(data);
@@ -555,19 +593,26 @@ TensorMap load_safetensors(const std::string& path) {
   }
   const std::string what = "file '" + path + "'";
   if (!S_ISREG(st.st_mode)) {
-    // A pipe or device: no size to check against, so read it whole.
+    // A pipe or device: no size to check against. Read only what the file
+    // itself says it holds (the 8-byte length, the header, the data up to the
+    // largest end offset the header names, plus one byte to detect trailing
+    // data), never "until the end": /dev/zero or an endless pipe must not
+    // make us read forever (issue 7). parse_safetensors then checks it all.
     std::string bytes;
-    char buf[1 << 16];
-    while (true) {
-      const ssize_t got = ::read(f.fd, buf, sizeof buf);
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        throw std::runtime_error("cannot read safetensors file '" + path +
-                                 "': " + errno_text(errno));
-      }
-      if (got == 0) break;
-      bytes.append(buf, static_cast<std::size_t>(got));
+    read_stream(f.fd, bytes, 8, path);
+    if (bytes.size() < 8) return parse_safetensors(bytes, what);  // truncated
+    const std::uint64_t n = check_prefix(reinterpret_cast<const unsigned char*>(bytes.data()),
+                                         std::numeric_limits<std::uint64_t>::max(), what);
+    read_stream(f.fd, bytes, n, path);
+    if (bytes.size() < 8 + n) return parse_safetensors(bytes, what);  // truncated
+    const std::uint64_t data = claimed_data_bytes(std::string_view(bytes).substr(8));
+    if (data > detail::physical_memory_bytes()) {
+      throw std::length_error("safetensors " + what + ": the header claims " +
+                              std::to_string(data) + " bytes of tensor data, more than this " +
+                              "machine's " + std::to_string(detail::physical_memory_bytes()) +
+                              " bytes of memory");
     }
+    read_stream(f.fd, bytes, data + 1, path);
     return parse_safetensors(bytes, what);
   }
   // A regular file: validate the header against the file size, then read each

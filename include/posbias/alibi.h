@@ -16,7 +16,13 @@
 // Numerics: slope * distance is computed in float32 (one rounding, the
 // distance itself converted exactly from an integer while below 2^24) and, for
 // a 16-bit output dtype, rounded once more to nearest even. Zero distance
-// gives +0.0, as in the PyTorch references.
+// gives +0.0, as in the PyTorch references. float16 holds integer distances
+// exactly only up to 2048 and nothing past 65504: a bias whose magnitude
+// rounds past 65504 (slope * distance >= 65520) is -inf, exactly what
+// PyTorch's `bias.to(torch.float16)` gives, on every path (the module's
+// cache included). Such a key gets softmax weight 0, as the float32 value
+// would; keep the bias float32 (or bfloat16) if a row can have no key within
+// 65504 / slope of its query (docs/hardening.md).
 //
 // Errors: std::invalid_argument (bad heads, lengths, slopes, positions) and
 // std::length_error (an element count that overflows or needs more memory

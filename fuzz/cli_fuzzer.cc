@@ -1,0 +1,121 @@
+// Fuzzes the command line: posbias::cli::run(argc, argv, out, err) on argv
+// words split from the input (at whitespace and NUL bytes) must return 0, 1
+// or 2 and never crash, hang, leak or throw; exit code 2 comes with exactly
+// one line "posbias: error: ..." on err.
+//
+// Limits, so that the fuzzer explores argument handling instead of the
+// allocator or the clock:
+// - at most 24 words of at most 96 bytes;
+// - every number written in the input (any base or exponent, also inside
+//   words such as -d8 or --heads=7) at most 2^20 in magnitude, and the
+//   product of those >= 2 at most 2^20: no output or computation past a few
+//   million elements (the library's own refusal of sizes past physical
+//   memory is tested in tests/unit/limits_test.cc, not here);
+// - `bench` (timing runs) and `demo` (a fixed script of its own, with plots
+//   and timed runs; ctest cli.demo runs it) are never run, and no word may
+//   hold '/' or '\': the
+//   process works in a fresh temporary directory (LLVMFuzzerInitialize), so
+//   --save, --weights, --inputs and check-golden only touch files there.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app.h"
+
+namespace {
+
+constexpr std::size_t kMaxWords = 24;
+constexpr std::size_t kMaxWordBytes = 96;
+constexpr double kMaxProduct = 1 << 20;
+
+// Every number in `word`, started at each digit that does not continue
+// another number, read both as strtod and as strtoll(base 0) reads it.
+bool numbers_acceptable(std::string word, double& product) {
+  std::string clean;
+  for (char ch : word) {
+    if (ch != '_' && ch != '\'') clean += ch;
+  }
+  for (std::size_t p = 0; p < clean.size(); ++p) {
+    const bool digit = clean[p] >= '0' && clean[p] <= '9';
+    const bool continues =
+        p > 0 && ((clean[p - 1] >= '0' && clean[p - 1] <= '9') || clean[p - 1] == '.');
+    if (!digit || continues) continue;
+    const char* start = clean.c_str() + p;
+    const double as_double = std::fabs(std::strtod(start, nullptr));
+    const long long as_int = std::strtoll(start, nullptr, 0);
+    double v = std::fmax(as_double, std::fabs(static_cast<double>(as_int)));
+    if (std::isnan(v)) continue;
+    if (v > kMaxProduct) return false;
+    if (v >= 2) product *= v;
+    if (product > kMaxProduct) return false;
+  }
+  return true;
+}
+
+std::filesystem::path g_dir;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/posbias-cli-fuzz-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr || chdir(pattern.c_str()) != 0) {
+    std::perror("cli fuzzer: temporary directory");
+    std::abort();
+  }
+  g_dir = pattern;
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(g_dir, ec);
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::vector<std::string> words{"posbias"};
+  std::string word;
+  for (std::size_t k = 0; k <= size; ++k) {
+    const char ch = k < size ? static_cast<char>(data[k]) : ' ';
+    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\0') {
+      if (!word.empty()) words.push_back(word);
+      word.clear();
+    } else {
+      word += ch;
+    }
+  }
+  if (words.size() > kMaxWords + 1) return -1;
+  double product = 1;
+  for (std::size_t w = 1; w < words.size(); ++w) {
+    const std::string& s = words[w];
+    if (s.size() > kMaxWordBytes || s == "bench" || s == "demo" ||
+        s.find('/') != std::string::npos || s.find('\\') != std::string::npos ||
+        !numbers_acceptable(s, product)) {
+      return -1;
+    }
+  }
+  std::vector<const char*> argv;
+  for (const auto& s : words) argv.push_back(s.c_str());
+  argv.push_back(nullptr);
+  std::ostringstream out, err;
+  const int code = posbias::cli::run(static_cast<int>(words.size()), argv.data(), out, err);
+  if (code < 0 || code > 2) {
+    std::fprintf(stderr, "cli fuzzer: exit code %d\n", code);
+    std::abort();
+  }
+  if (code == 2) {
+    const std::string e = err.str();
+    if (e.rfind("posbias: error: ", 0) != 0 || e.find('\n') != e.size() - 1) {
+      std::fprintf(stderr, "cli fuzzer: exit code 2 without one error line: [%s]\n", e.c_str());
+      std::abort();
+    }
+  }
+  return 0;
+}

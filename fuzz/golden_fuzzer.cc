@@ -1,0 +1,94 @@
+// Fuzzes the golden-file reader (cli/golden_check.h): check_golden_text() on
+// arbitrary text must return a report or throw GoldenFileError, never crash,
+// hang or leak; a malformed case is a failed case, not an exception.
+//
+// Sizes are capped before the call (the checker computes whatever a case
+// asks for, and a case asking for 64 x 4096 x 4096 would only measure the
+// allocator): an input whose JSON holds a size field (heads, i, j, dim, ...)
+// above 64, or a shape with more than 2^16 elements, is skipped. Cases name
+// files by relative path beside base_dir (the committed golden folder); an
+// input naming a path with '/' or '\' is skipped, so nothing outside it is read.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "golden_check.h"
+
+namespace {
+
+constexpr double kMaxSize = 64;
+constexpr double kMaxShapeElements = 65536;
+
+bool is_size_key(const std::string& key) {
+  static const char* const kKeys[] = {"heads", "total_heads", "n_heads",     "i",
+                                      "j",     "q_len",       "k_len",       "dim",
+                                      "depth", "num_buckets", "max_distance"};
+  for (const char* k : kKeys) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+// False when the value asks for more work than the fuzzer should do.
+bool acceptable(const nlohmann::json& v, const std::string& key) {
+  if (v.is_number() && is_size_key(key)) {
+    const double x = v.get<double>();
+    return x >= -kMaxSize && x <= kMaxSize;
+  }
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    return s.find('/') == std::string::npos && s.find('\\') == std::string::npos;
+  }
+  if (v.is_array()) {
+    if (key == "shape") {
+      double n = 1;
+      for (const auto& e : v) {
+        if (e.is_number()) n *= e.get<double>() < 0 ? 1 : e.get<double>();
+      }
+      if (n > kMaxShapeElements) return false;
+    }
+    for (const auto& e : v) {
+      if (!acceptable(e, "")) return false;
+    }
+    return true;
+  }
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!acceptable(it.value(), it.key())) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return 0; }
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  // The cap, judged on the JSON as nlohmann reads it (the checker's parser);
+  // text that is not JSON goes to the checker as it is.
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_discarded() && !acceptable(parsed, "")) return -1;  // not added to the corpus
+  try {
+    const posbias::cli::GoldenReport report =
+        posbias::cli::check_golden_text(text, POSBIAS_SOURCE_DIR "/tests/data/golden");
+    if (report.passed() + report.failed() + report.skipped() != report.cases.size()) {
+      std::fprintf(stderr, "golden fuzzer: the counts do not add up: %s\n",
+                   report.summary().c_str());
+      std::abort();
+    }
+    for (const auto& c : report.cases) {
+      if (c.status != posbias::cli::CaseStatus::kPassed && c.message.empty()) {
+        std::fprintf(stderr, "golden fuzzer: case %zu (%s) not passed without a message\n", c.index,
+                     c.kind.c_str());
+        std::abort();
+      }
+    }
+  } catch (const posbias::cli::GoldenFileError&) {
+  }
+  return 0;
+}
