@@ -1,0 +1,285 @@
+// The LibTorch front end: modules against the core and against plain
+// libtorch computations from SPEC.md, state-dict names, ->to(dtype),
+// autograd of DynamicPositionBias and of the attention (against autograd of a
+// plain libtorch attention in double), bad input, and concurrent use of one
+// AlibiPositionalBias module.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "posbias/alibi.h"
+#include "posbias/dpb.h"
+#include "posbias/slopes.h"
+#include "posbias/t5.h"
+#include "posbias/torch.h"
+
+namespace {
+
+using posbias::nn::AlibiPositionalBias;
+using posbias::nn::AlibiPositionalBiasOptions;
+
+// SPEC.md: bias[h][r][c] = -m_h |c - q_r|, q_r = j - i + r, zero heads after.
+torch::Tensor plain_alibi(const torch::Tensor& slopes, int64_t total, int64_t i, int64_t j) {
+  const auto q = torch::arange(j - i, j, torch::kDouble).unsqueeze(1);
+  const auto c = torch::arange(0, j, torch::kDouble).unsqueeze(0);
+  auto b = -slopes.to(torch::kDouble).view({-1, 1, 1}) * (c - q).abs().unsqueeze(0);
+  if (total > slopes.size(0)) {
+    b = torch::cat({b, torch::zeros({total - slopes.size(0), i, j}, torch::kDouble)});
+  }
+  return b.to(torch::kFloat);
+}
+
+TEST(AlibiPositionalBias, MatchesSpecAndCoreWithZeroHeads) {
+  AlibiPositionalBias m(AlibiPositionalBiasOptions(6).total_heads(8));
+  const auto slopes = posbias::ops::alibi_slopes(6);
+  for (auto ij : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {1, 9}, {9, 9}, {3, 12}, {7, 5}}) {
+    const auto got = m->forward(ij.first, ij.second);
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{8, ij.first, ij.second}));
+    EXPECT_TRUE(torch::equal(got, plain_alibi(slopes, 8, ij.first, ij.second)));
+  }
+  EXPECT_TRUE(torch::equal(m->slopes, slopes));
+  std::ostringstream os;
+  m->pretty_print(os);
+  EXPECT_EQ(os.str(), "posbias::nn::AlibiPositionalBias(heads=6, total_heads=8)");
+}
+
+TEST(AlibiPositionalBias, ToBFloat16KeepsFloat32Slopes) {
+  AlibiPositionalBias m(12);
+  m->to(torch::kBFloat16);
+  EXPECT_EQ(m->slopes.scalar_type(), torch::kFloat);
+  EXPECT_EQ(m->named_buffers()["slopes"].scalar_type(), torch::kFloat);
+  const auto got = m->forward(5, 70);
+  EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(
+      torch::equal(got, plain_alibi(posbias::ops::alibi_slopes(12), 12, 5, 70).to(torch::kBFloat16)));
+  // A parent module's ->to() reaches it too.
+  torch::nn::Sequential seq(m);
+  seq->to(torch::kHalf);
+  EXPECT_EQ(m->slopes.scalar_type(), torch::kFloat);
+  EXPECT_EQ(m->forward(2, 3).scalar_type(), torch::kHalf);
+}
+
+TEST(AlibiPositionalBias, ConcurrentCallsWithMixedSizesStayExact) {
+  AlibiPositionalBias m(AlibiPositionalBiasOptions(4).total_heads(6));
+  const auto slopes = posbias::ops::alibi_slopes(4);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::pair<torch::Tensor, std::pair<int64_t, int64_t>>> held;
+      for (int it = 0; it < 40; ++it) {
+        const int64_t j = 1 + (t * 7 + it * 13) % 97;
+        const int64_t i = 1 + (t + it * 5) % j;
+        held.push_back({m->forward(i, j), {i, j}});
+      }
+      for (const auto& h : held) {
+        if (!torch::equal(h.first, plain_alibi(slopes, 6, h.second.first, h.second.second))) {
+          ++bad[static_cast<std::size_t>(t)];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(bad[static_cast<std::size_t>(t)], 0) << "thread " << t;
+}
+
+TEST(AlibiBias, SeedWorkedExample) {
+  posbias::nn::AlibiBias m(posbias::nn::AlibiBiasOptions(1).causal(false).slopes({-0.2f}));
+  const auto b = m->forward(3, 3);
+  const auto want = torch::tensor({0.0f, -0.2f, -0.4f, -0.2f, 0.0f, -0.2f, -0.4f, -0.2f, 0.0f})
+                        .view({1, 1, 3, 3});
+  EXPECT_TRUE(torch::allclose(b, want));
+  const auto scores =
+      torch::tensor({1.0f, 2.0f, 3.0f, 2.0f, 1.5f, 2.5f, 3.0f, 2.5f, 1.2f}).view({1, 1, 3, 3});
+  const auto expect =
+      torch::tensor({1.0f, 1.8f, 2.6f, 1.8f, 1.5f, 2.3f, 2.6f, 2.3f, 1.2f}).view({1, 1, 3, 3});
+  EXPECT_TRUE(torch::allclose(scores + b, expect));
+}
+
+TEST(DynamicPositionBias, StateDictNamesValuesAndAutograd) {
+  posbias::nn::DynamicPositionBias m(16, 4);
+  std::vector<std::string> names;
+  for (const auto& p : m->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"mlp.0.weight", "mlp.0.bias", "mlp.2.weight",
+                                             "mlp.2.bias", "mlp.4.weight", "mlp.4.bias"}));
+  // Same values as the core module loaded with the same state dict.
+  posbias::DynamicPositionBias core(16, 4);
+  posbias::TensorMap state;
+  for (const auto& p : m->named_parameters()) {
+    const auto c = p.value().detach().contiguous();
+    std::vector<float> v(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    state[p.key()] = posbias::Tensor::from_vector(c.sizes().vec(), v);
+  }
+  core.load_state_dict(state);
+  const auto got = m->forward(5, 9);
+  const posbias::Tensor want = core.forward(5, 9);
+  const auto wt = torch::tensor(at::ArrayRef<float>(want.to_float_vector())).view({4, 5, 9});
+  EXPECT_TRUE(torch::allclose(got, wt, 1e-5, 1e-6));
+  EXPECT_EQ(m->forward(0, 5).sizes(), (std::vector<int64_t>{4, 0, 5}));
+  EXPECT_THROW(m->forward(6, 5), c10::Error);
+  // distance_table(j) read at (q - c) + (j - 1) gives the same bias.
+  const auto table = m->distance_table(9);
+  ASSERT_EQ(table.sizes(), (std::vector<int64_t>{4, 17}));
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t c = 0; c < 9; ++c) {
+      const int64_t e = (9 - 5 + r) - c + 8;
+      EXPECT_TRUE(torch::allclose(got.select(1, r).select(1, c), table.select(1, e)));
+    }
+  }
+  // Autograd against central differences in double.
+  m->to(torch::kDouble);
+  const auto go = torch::randn({4, 3, 6}, torch::kDouble);
+  auto loss = [&] { return (m->forward(3, 6) * go).sum(); };
+  m->zero_grad();
+  loss().backward();
+  for (const auto& p : m->named_parameters()) {
+    auto w = p.value();
+    const auto g = w.grad().clone();
+    torch::NoGradGuard ng;
+    for (int64_t e = 0; e < std::min<int64_t>(w.numel(), 5); ++e) {
+      auto flat = w.view({-1});
+      const double old = flat[e].item<double>();
+      flat[e] = old + 1e-6;
+      const double up = loss().item<double>();
+      flat[e] = old - 1e-6;
+      const double down = loss().item<double>();
+      flat[e] = old;
+      EXPECT_NEAR(g.view({-1})[e].item<double>(), (up - down) / 2e-6, 1e-6) << p.key() << e;
+    }
+  }
+}
+
+TEST(RelativePositionBias, MatchesTheCoreTable) {
+  posbias::nn::RelativePositionBias m(
+      posbias::nn::RelativePositionBiasOptions(0.5).causal(false).heads(3));
+  EXPECT_EQ(m->named_parameters().keys(),
+            (std::vector<std::string>{"relative_attention_bias.weight"}));
+  const auto b = m->forward(4, 7);
+  const auto t = m->distance_table(7);
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 7; ++c) {
+      const int64_t rel = c - (7 - 4 + r);
+      const int64_t bucket = posbias::t5_relative_position_bucket(rel, false, 32, 128);
+      const auto want = m->relative_attention_bias->weight[bucket] * 0.5;
+      EXPECT_TRUE(torch::allclose(b.select(1, r).select(1, c), want));
+      EXPECT_TRUE(torch::allclose(t.select(1, (7 - 4 + r) - c + 6), want));
+    }
+  }
+}
+
+// Attention in plain libtorch (double), the SPEC formula.
+torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& bias, bool causal) {
+  const int64_t h = q.size(1), hk = k.size(1), i = q.size(2), j = k.size(2);
+  const auto kk = k.repeat_interleave(h / hk, 1);
+  const auto vv = v.repeat_interleave(h / hk, 1);
+  auto s = torch::matmul(q, kk.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(3)));
+  if (bias.defined()) s = s + bias;
+  if (causal) {
+    const auto qp = torch::arange(j - i, j).unsqueeze(1);
+    const auto cp = torch::arange(0, j).unsqueeze(0);
+    s = s.masked_fill(cp > qp, -INFINITY);
+  }
+  return torch::matmul(torch::softmax(s, -1), vv);
+}
+
+TEST(AttentionOp, ValuesAndGradientsAgainstPlainLibtorch) {
+  torch::manual_seed(1);
+  for (const std::string kind : {"none", "alibi", "table", "dense"}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(kind + (causal ? " causal" : ""));
+      const int64_t b = 2, h = 4, hk = 2, i = 5, j = 9, d = 3;
+      auto q = torch::randn({b, h, i, d}, torch::kDouble).requires_grad_();
+      auto k = torch::randn({b, hk, j, d}, torch::kDouble).requires_grad_();
+      auto v = torch::randn({b, hk, j, d}, torch::kDouble).requires_grad_();
+      const auto slopes = posbias::ops::alibi_slopes(h);
+      auto table = torch::randn({h, 2 * j - 1}, torch::kDouble).requires_grad_();
+      auto dense = torch::randn({h, i, j}, torch::kDouble).requires_grad_();
+      torch::Tensor bias;
+      const auto qp = torch::arange(j - i, j).unsqueeze(1);
+      const auto cp = torch::arange(0, j).unsqueeze(0);
+      if (kind == "alibi") {
+        bias = -slopes.to(torch::kDouble).view({-1, 1, 1}) * (cp - qp).abs().to(torch::kDouble);
+      } else if (kind == "table") {
+        bias = table.index_select(1, (qp - cp + j - 1).reshape({-1})).view({h, i, j});
+      } else if (kind == "dense") {
+        bias = dense;
+      }
+      const auto want = plain_attention(q, k, v, bias, causal);
+      const auto go = torch::randn_like(want);
+      const auto want_grads =
+          torch::autograd::grad({want}, {q, k, v, table, dense}, {go}, c10::nullopt, false, true);
+      // The op in float32 on the same values.
+      auto qf = q.detach().to(torch::kFloat).requires_grad_();
+      auto kf = k.detach().to(torch::kFloat).requires_grad_();
+      auto vf = v.detach().to(torch::kFloat).requires_grad_();
+      auto tf = table.detach().to(torch::kFloat).requires_grad_();
+      auto df = dense.detach().to(torch::kFloat).requires_grad_();
+      c10::optional<at::Tensor> s_opt, t_opt, d_opt;
+      if (kind == "alibi") s_opt = slopes;
+      if (kind == "table") t_opt = tf;
+      if (kind == "dense") d_opt = df;
+      const auto got = posbias::ops::attention(qf, kf, vf, kind, s_opt, t_opt, d_opt,
+                                               c10::nullopt, causal);
+      EXPECT_TRUE(torch::allclose(got.to(torch::kDouble), want, 1e-4, 1e-5));
+      got.backward(go.to(torch::kFloat));
+      const std::vector<torch::Tensor> mine = {qf.grad(), kf.grad(), vf.grad(), tf.grad(),
+                                               df.grad()};
+      for (std::size_t x = 0; x < 5; ++x) {
+        if (!want_grads[x].defined()) {
+          EXPECT_FALSE(mine[x].defined()) << x;
+          continue;
+        }
+        ASSERT_TRUE(mine[x].defined()) << x;
+        EXPECT_TRUE(torch::allclose(mine[x].to(torch::kDouble), want_grads[x], 1e-4, 1e-5))
+            << x << "\n" << mine[x] << "\n" << want_grads[x];
+      }
+    }
+  }
+}
+
+TEST(AttentionOp, LseAndNonContiguousAnd16Bit) {
+  const auto qb = torch::randn({1, 6, 2, 8});  // [b, len, h, d]
+  const auto q = qb.transpose(1, 2);
+  const auto k = torch::randn({1, 2, 6, 8});
+  auto [out, lse] = posbias::ops::attention_lse(q, k, k, "none");
+  const auto s = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(8.0);
+  EXPECT_TRUE(torch::allclose(lse, torch::logsumexp(s, -1), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(out, plain_attention(q, k, k, {}, false), 1e-4, 1e-5));
+  const auto o16 = posbias::ops::attention(q.to(torch::kBFloat16), k.to(torch::kBFloat16),
+                                           k.to(torch::kBFloat16));
+  EXPECT_EQ(o16.scalar_type(), torch::kBFloat16);
+}
+
+TEST(AttentionOp, BadInputIsACleanError) {
+  const auto q = torch::zeros({1, 2, 3, 4});
+  auto expect_msg = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << needle;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_msg([&] { posbias::ops::attention(q, q, q, "bogus"); }, "bias must be");
+  expect_msg(
+      [&] {
+        const auto kv = q.view({1, 2, 4, 3});
+        posbias::ops::attention(q, kv, kv);
+      },
+      "head dimension");
+  expect_msg([&] { posbias::ops::attention(q.to(torch::kDouble), q, q); }, "float32, bfloat16");
+  expect_msg([&] { posbias::ops::attention(q, q, q, "alibi"); }, "needs slopes");
+  expect_msg([&] { posbias::ops::attention(q, q, q, "alibi", posbias::ops::alibi_slopes(3)); },
+             "one slope per query head");
+  expect_msg([&] { posbias::ops::attention(q.view({2, 3, 4}), q, q); }, "4-d");
+  expect_msg([&] { posbias::ops::alibi_slopes(0); }, "heads");
+  expect_msg([&] { posbias::ops::alibi_bias(posbias::ops::alibi_slopes(4), 2, 2, 3); },
+             "total_heads");
+  expect_msg([&] { posbias::nn::DynamicPositionBias(0, 4); }, "dim and heads");
+}
+
+}  // namespace
