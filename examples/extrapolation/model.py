@@ -50,10 +50,10 @@ def torch_attention(q, k, v, bias="none", slopes=None, table=None, causal=True):
 
 
 def posbias_attention(q, k, v, bias="none", slopes=None, table=None, causal=True):
-    """The fused posbias attention op (same arguments and result as torch_attention)."""
-    return torch.ops.posbias.attention(
-        q.contiguous(), k.contiguous(), v.contiguous(), bias=bias,
-        slopes=slopes, table=None if table is None else table.contiguous(), causal=causal)
+    """The fused posbias attention op (same arguments and result as torch_attention). q, k and
+    v are strided views of the qkv projection; the op reads them in place."""
+    return torch.ops.posbias.attention(q, k, v, bias=bias, slopes=slopes, table=table,
+                                       causal=causal)
 
 
 ATTENTION_FUNCTIONS = {"torch": torch_attention, "posbias": posbias_attention}
