@@ -319,11 +319,25 @@ def compare_speed(args, data_split, log):
                     run["fwd"].append(t1 - t0)
                     run["bwd"].append(t2 - t1)
                     run["step"].append(t3 - t0)
-        med = {impl: {k: statistics.median(run[k]) for k in ("fwd", "bwd", "step")}
+        # An evaluation batch at the longest length (no grad), where the plain attention's
+        # [b, h, n, n] tensors are largest.
+        n = max(args.eval_mults) * args.seq_len
+        tokens = torch.randint(0, 256, (eval_batch(args, n), n),
+                               generator=torch.Generator().manual_seed(args.seed))
+        with torch.no_grad():
+            for rep in range(4):
+                for impl, run in runs.items():
+                    t0 = time.perf_counter()
+                    run["net"](tokens, model.ATTENTION_FUNCTIONS[impl])
+                    if rep:
+                        run.setdefault("eval", []).append(time.perf_counter() - t0)
+        med = {impl: {k: statistics.median(run[k]) for k in ("fwd", "bwd", "step", "eval")}
                for impl, run in runs.items()}
         report["schemes"][scheme] = med
-        log(f"  {scheme}: median ms over {steps} steps (batch {args.batch} x {args.seq_len}):")
-        for k, name in (("fwd", "forward"), ("bwd", "backward"), ("step", "whole step")):
+        log(f"  {scheme}: median ms over {steps} steps (batch {args.batch} x {args.seq_len}); "
+            f"evaluation forward: batch {tokens.shape[0]} x {n}, median of 3:")
+        for k, name in (("fwd", "forward"), ("bwd", "backward"), ("step", "whole step"),
+                        ("eval", "eval fwd")):
             p, t = med["posbias"][k] * 1e3, med["torch"][k] * 1e3
             log(f"    {name:10s} posbias {p:8.1f}  torch {t:8.1f}  torch / posbias {t / p:5.2f}")
     return report
