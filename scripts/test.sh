@@ -39,6 +39,7 @@ elapsed() {
 }
 on_exit() {
   local status=$?
+  if [[ -n "${fuzz_tmp:-}" ]]; then rm -rf "$fuzz_tmp"; fi
   if ((status != 0)); then
     echo "test.sh: FAILED during: $stage (exit status $status, after $(elapsed))" >&2
   fi
@@ -134,8 +135,7 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   artifacts="${FUZZ_ARTIFACTS:-$fuzz_build_dir/artifacts}"
   mkdir -p "$artifacts"
   artifacts="$(cd "$artifacts" && pwd)"
-  fuzz_tmp="$(mktemp -d)"
-  trap 'rm -rf "$fuzz_tmp"; on_exit' EXIT
+  fuzz_tmp="$(mktemp -d)"  # removed by on_exit
   for name in safetensors golden cli attention; do
     section "fuzz $name (${fuzz_seconds} s)"
     mkdir -p "$fuzz_tmp/$name"

@@ -1,28 +1,34 @@
 #include "posbias/tensor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
-#include <sys/mman.h>
-
 #include "checks.h"
 
 namespace posbias {
 namespace {
 
-std::vector<std::int64_t> row_major_strides(
-    const std::vector<std::int64_t>& shape) {
+std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& shape) {
+  // A tensor with a zero extent may have other extents whose product
+  // overflows int64 (Tensor::empty({0, 1 << 62, 1 << 30}) is legal): its
+  // strides are never used to address anything, so they saturate instead of
+  // overflowing (found by UBSan, tests/unit/limits_test.cc).
   std::vector<std::int64_t> strides(shape.size(), 1);
   for (std::size_t d = shape.size(); d-- > 1;) {
-    strides[d - 1] = strides[d] * std::max<std::int64_t>(shape[d], 1);
+    if (__builtin_mul_overflow(strides[d], std::max<std::int64_t>(shape[d], 1), &strides[d - 1])) {
+      strides[d - 1] = std::numeric_limits<std::int64_t>::max();
+    }
   }
   return strides;
 }
@@ -63,8 +69,7 @@ constexpr DType dtype_of() {
 // Calls fn(storage_index) for every element in row-major order.
 template <typename Fn>
 void for_each_index(const std::vector<std::int64_t>& shape,
-                    const std::vector<std::int64_t>& strides,
-                    std::int64_t offset, Fn&& fn) {
+                    const std::vector<std::int64_t>& strides, std::int64_t offset, Fn&& fn) {
   for (std::int64_t e : shape) {
     if (e == 0) return;
   }
@@ -101,8 +106,8 @@ std::shared_ptr<void> allocate_storage(std::size_t bytes, const std::vector<std:
   };
   if (bytes >= 2 * kHugePage) {
     const std::size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* raw = mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* raw =
+        mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) throw fail();
     const auto start = reinterpret_cast<std::uintptr_t>(raw);
     const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
@@ -161,8 +166,7 @@ Tensor Tensor::from_blob(void* data, const std::vector<std::int64_t>& shape,
   return t;
 }
 
-Tensor Tensor::full(const std::vector<std::int64_t>& shape, float value,
-                    DType dtype) {
+Tensor Tensor::full(const std::vector<std::int64_t>& shape, float value, DType dtype) {
   Tensor t = empty(shape, dtype);
   const std::int64_t n = t.numel();
   for (std::int64_t k = 0; k < n; ++k) store_from_float(t.raw_mutable_data(), dtype, k, value);
@@ -173,9 +177,9 @@ Tensor Tensor::from_vector(const std::vector<std::int64_t>& shape,
                            const std::vector<float>& values) {
   Tensor t = empty(shape, DType::kFloat32);
   if (t.numel() != static_cast<std::int64_t>(values.size())) {
-    throw std::invalid_argument("from_vector: shape " + detail::shape_string(shape) +
-                                " holds " + std::to_string(t.numel()) +
-                                " elements, got " + std::to_string(values.size()));
+    throw std::invalid_argument("from_vector: shape " + detail::shape_string(shape) + " holds " +
+                                std::to_string(t.numel()) + " elements, got " +
+                                std::to_string(values.size()));
   }
   std::copy(values.begin(), values.end(), t.mutable_data<float>());
   return t;
@@ -185,28 +189,29 @@ std::int64_t Tensor::size(std::int64_t d) const {
   const std::int64_t nd = dim();
   const std::int64_t k = d < 0 ? d + nd : d;
   if (k < 0 || k >= nd) {
-    throw std::invalid_argument("dimension " + std::to_string(d) +
-                                " out of range for a " + std::to_string(nd) +
-                                "-d tensor");
+    throw std::invalid_argument("dimension " + std::to_string(d) + " out of range for a " +
+                                std::to_string(nd) + "-d tensor");
   }
   return shape_[static_cast<std::size_t>(k)];
 }
 
 std::int64_t Tensor::numel() const {
+  // Zero first: the other extents of an empty tensor may overflow together.
+  for (std::int64_t e : shape_) {
+    if (e == 0) return 0;
+  }
   std::int64_t n = 1;
   for (std::int64_t e : shape_) n *= e;
   return n;
 }
 
-bool Tensor::is_contiguous() const {
-  return strides_ == row_major_strides(shape_) || numel() == 0;
-}
+bool Tensor::is_contiguous() const { return strides_ == row_major_strides(shape_) || numel() == 0; }
 
 template <typename T>
 const T* Tensor::data() const {
   if (dtype_of<T>() != dtype_) {
-    throw std::invalid_argument("Tensor::data<" + dtype_name(dtype_of<T>()) +
-                                ">() on a " + dtype_name(dtype_) + " tensor");
+    throw std::invalid_argument("Tensor::data<" + dtype_name(dtype_of<T>()) + ">() on a " +
+                                dtype_name(dtype_) + " tensor");
   }
   return static_cast<const T*>(storage_.get()) + offset_;
 }
@@ -234,15 +239,13 @@ void* Tensor::raw_mutable_data() { return const_cast<void*>(raw_data()); }
 float Tensor::at(const std::vector<std::int64_t>& index) const {
   if (index.size() != shape_.size()) {
     throw std::invalid_argument("Tensor::at: index " + detail::shape_string(index) +
-                                " for a tensor of shape " +
-                                detail::shape_string(shape_));
+                                " for a tensor of shape " + detail::shape_string(shape_));
   }
   std::int64_t pos = offset_;
   for (std::size_t d = 0; d < index.size(); ++d) {
     if (index[d] < 0 || index[d] >= shape_[d]) {
       throw std::invalid_argument("Tensor::at: index " + detail::shape_string(index) +
-                                  " out of range for shape " +
-                                  detail::shape_string(shape_));
+                                  " out of range for shape " + detail::shape_string(shape_));
     }
     pos += index[d] * strides_[d];
   }
@@ -258,7 +261,8 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end) const
                                 std::to_string(extent));
   }
   Tensor t = *this;
-  t.offset_ += start * strides_[k];
+  // An empty tensor addresses nothing (and its strides may be saturated).
+  if (numel() != 0) t.offset_ += start * strides_[k];
   t.shape_[k] = end - start;
   return t;
 }
@@ -267,8 +271,8 @@ Tensor Tensor::transpose(std::int64_t d0, std::int64_t d1) const {
   const std::int64_t n = dim();
   if (d0 < -n || d0 >= n || d1 < -n || d1 >= n) {
     throw std::invalid_argument("Tensor::transpose: dimensions (" + std::to_string(d0) + ", " +
-                                std::to_string(d1) + ") out of range for " +
-                                std::to_string(n) + "-d tensor");
+                                std::to_string(d1) + ") out of range for " + std::to_string(n) +
+                                "-d tensor");
   }
   const auto a = static_cast<std::size_t>(d0 < 0 ? d0 + n : d0);
   const auto b = static_cast<std::size_t>(d1 < 0 ? d1 + n : d1);
@@ -425,8 +429,8 @@ std::vector<std::int64_t> shown_indices(std::int64_t extent, bool summarize) {
   return idx;
 }
 
-void collect_shown(const Tensor& t, std::size_t d, std::vector<std::int64_t>& index,
-                   bool summarize, std::vector<float>& out) {
+void collect_shown(const Tensor& t, std::size_t d, std::vector<std::int64_t>& index, bool summarize,
+                   std::vector<float>& out) {
   if (d == t.shape().size()) {
     out.push_back(t.at(index));
     return;
@@ -464,8 +468,8 @@ std::string format_rec(const Tensor& t, std::size_t d, std::vector<std::int64_t>
     }
     return s + "]";
   }
-  std::string sep = "," + std::string(nd - d - 1, '\n') +
-                    std::string(static_cast<std::size_t>(indent) + 1, ' ');
+  std::string sep =
+      "," + std::string(nd - d - 1, '\n') + std::string(static_cast<std::size_t>(indent) + 1, ' ');
   std::string s = "[";
   bool first = true;
   for (std::int64_t k : shown_indices(t.shape()[d], summarize)) {

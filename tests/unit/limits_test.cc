@@ -126,7 +126,16 @@ TEST(Limits, TensorEmptyRefusesPastMemoryAndOverflow) {
       },
       "[3, -1]");
   // Zero elements never overflow, whatever the other extents.
-  EXPECT_EQ(Tensor::empty({0, std::int64_t{1} << 62, 1 << 30}, DType::kFloat32).numel(), 0);
+  // (Their strides saturate instead of overflowing: UBSan found the overflow.)
+  const Tensor none = Tensor::empty({0, std::int64_t{1} << 62, 1 << 30}, DType::kFloat32);
+  EXPECT_EQ(none.numel(), 0);
+  EXPECT_TRUE(none.is_contiguous());
+  EXPECT_EQ(none.slice(1, 5, 9).shape(), (std::vector<std::int64_t>{0, 4, 1 << 30}));
+  EXPECT_EQ(none.transpose(0, 2).numel(), 0);
+  EXPECT_TRUE(none.contiguous_copy().to_float_vector().empty());
+  const Tensor tail = Tensor::empty({std::int64_t{1} << 62, 1 << 30, 0}, DType::kFloat16);
+  EXPECT_EQ(tail.numel(), 0);  // the zero is last: numel must not multiply first
+  EXPECT_TRUE(tail.to_float_vector().empty());
 }
 
 std::string safetensors_bytes(const std::string& header, const std::string& data) {
