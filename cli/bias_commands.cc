@@ -294,6 +294,8 @@ Command add_dpb_command(CLI::App& app) {
               check_plot_path(args->plot);
               if (args->table)
                 throw std::invalid_argument("--plot draws forward(i, j), not --table");
+              require_length(args->i, "-i", " with --plot");
+              require_length(args->j, "-j", " with --plot");
             }
             const DType dtype = parse_dtype(args->dtype);
             const DpbOptions options = dpb_options(*args);
@@ -314,6 +316,8 @@ Command add_dpb_command(CLI::App& app) {
               file_argument("--weights", args->weights, [&] { module.load(args->weights); });
             }
             if (!args->plot.empty()) {
+              if (*args->i > *args->j) module.forward(*args->i, *args->j);  // its message
+              plot::check_plot_size("--plot", options.heads, *args->i, *args->j);
               const ToeplitzBias bias = dpb_toeplitz(module, *args->i, *args->j, dtype);
               std::string title = "DynamicPositionBias(dim=" + std::to_string(args->dim) +
                                   ", heads=" + std::to_string(args->heads) + ")" +
@@ -447,6 +451,7 @@ Command add_t5_command(CLI::App& app) {
         const RelativePositionBias module(args->scale, args->causal, args->num_buckets,
                                           args->max_distance, *args->heads, parse_seed(args->seed));
         if (!args->plot.empty()) {
+          plot::check_plot_size("--plot", *args->heads, args->i, args->j);
           const ToeplitzBias bias = t5_toeplitz(module, args->i, args->j, dtype);
           std::string title = "RelativePositionBias(heads=" + std::to_string(*args->heads) +
                               (args->causal ? ", causal" : ", two-sided") +

@@ -287,6 +287,21 @@ Format format_of_path(const std::string& path) {
                               " of '" + path + "': the file name must end in .png or .svg");
 }
 
+void check_plot_size(const std::string& option, std::int64_t heads, std::int64_t rows,
+                     std::int64_t cols) {
+  HeatmapInput in;
+  in.heads = heads;
+  in.rows = rows;
+  in.cols = cols;
+  in.panel_titles.resize(heads >= 1 && heads <= kMaxPanels ? static_cast<std::size_t>(heads) : 0);
+  in.row = [](std::int64_t, std::int64_t, float*) {};
+  try {
+    check_drawable(in);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(option + ": " + e.what());
+  }
+}
+
 void check_drawable(const HeatmapInput& in) {
   const std::string sizes = std::to_string(in.heads) + " heads of " + std::to_string(in.rows) +
                             " x " + std::to_string(in.cols);

@@ -79,6 +79,12 @@ Format format_of_path(const std::string& path);
 /// heads * rows * cols <= kMaxValues, one panel title per head.
 void check_drawable(const HeatmapInput& input);
 
+/// The size part of check_drawable(), for callers that must check before
+/// they build anything: std::invalid_argument naming `option` unless 1..64
+/// heads of rows x cols >= 1 with heads * rows * cols <= kMaxValues.
+void check_plot_size(const std::string& option, std::int64_t heads, std::int64_t rows,
+                     std::int64_t cols);
+
 /// Reads every value of `input` and reduces it to a Grid (block means).
 Grid make_grid(const HeatmapInput& input);
 

@@ -200,6 +200,7 @@ Command add_alibi_command(CLI::App& app) {
                     ? AlibiPositionalBias(heads, args->total_heads, dtype)
                     : AlibiPositionalBias(heads, args->total_heads, args->slopes, dtype);
             if (!args->plot.empty()) {
+              plot::check_plot_size("--plot", module.total_heads(), args->i, args->j);
               const ToeplitzBias bias = alibi_toeplitz(module, args->i, args->j, dtype);
               std::string title = "AlibiPositionalBias(heads=" + std::to_string(heads) +
                                   ", total_heads=" + std::to_string(module.total_heads()) +

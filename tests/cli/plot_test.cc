@@ -398,12 +398,20 @@ TEST(PlotTool, BadInputExits2WithOneLineAndNoFile) {
        "--plot: unknown image format"},
       {{"alibi", "--heads", "8", "-i", "100000", "-j", "100000", "--plot", "@/x.png"},
        "too large to draw: 8 heads of 100000 x 100000"},
+      {{"alibi", "--heads", "1", "-i", "1000000000000", "-j", "5", "--plot", "@/x.png"},
+       "too large to draw: 1 heads of 1000000000000 x 5"},
+      {{"t5", "--heads", "1", "-i", "3", "-j", "9000000000000000000", "--plot", "@/x.svg"},
+       "too large to draw"},
+      {{"dpb", "--dim", "4", "--heads", "1", "-i", "5", "-j", "4000000000", "--plot", "@/x.svg"},
+       "too large to draw"},
       {{"alibi", "--heads", "65", "-i", "4", "-j", "4", "--plot", "@/x.png"},
        "too many heads to draw"},
       {{"alibi", "--heads", "2", "-i", "0", "-j", "5", "--plot", "@/x.svg"}, "nothing to draw"},
       {{"dpb", "--dim", "8", "--heads", "8", "-i", "0", "-j", "5", "--plot", "@/x.png"},
        "nothing to draw"},
       {{"dpb", "--dim", "8", "--heads", "2", "-i", "6", "-j", "5", "--plot", "@/x.png"}, "i"},
+      {{"dpb", "--dim", "8", "--heads", "2", "--save", "@/w.st", "--plot", "@/x.png"},
+       "-i is required with --plot"},
       {{"dpb", "--dim", "8", "--heads", "2", "-j", "5", "--table", "--plot", "@/x.png"},
        "--plot draws forward(i, j), not --table"},
       {{"t5", "--heads", "2", "-i", "3", "-j", "3", "--buckets", "--plot", "@/x.png"}, "excludes"},
@@ -415,6 +423,9 @@ TEST(PlotTool, BadInputExits2WithOneLineAndNoFile) {
     for (std::string* s : {&args.back(), &message}) {
       const std::size_t at = s->find('@');
       if (at != std::string::npos) s->replace(at, 1, dir.path());
+    }
+    for (std::string& a : args) {
+      if (a.rfind("@/", 0) == 0) a.replace(0, 1, dir.path());
     }
     const ToolRun r = run_tool(args);
     EXPECT_EQ(r.code, 2) << args.back();
