@@ -19,7 +19,6 @@ import math
 
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 SCHEMES = ("alibi", "dpb", "t5", "sinusoidal", "none")
 ATTENTIONS = ("posbias", "torch")
