@@ -30,6 +30,9 @@ set(cmake_dir ${INSTALL_LIBDIR}/cmake/posbias)
 file(GLOB public_headers RELATIVE ${POSBIAS_SOURCE_DIR}/include
      ${POSBIAS_SOURCE_DIR}/include/posbias/*.h)
 list(APPEND public_headers posbias/version.h)
+if(TORCH_HEADER)
+  list(APPEND public_headers ${TORCH_HEADER})
+endif()
 list(TRANSFORM public_headers PREPEND ${INSTALL_INCLUDEDIR}/)
 set(expected
   ${public_headers}
