@@ -629,7 +629,13 @@ TEST(Cli, DpbBadWeightsFilesExitTwo) {
 // -------------------------------------------------------------------- demo
 
 TEST(Cli, DemoExplainsTheDocumentationExamples) {
-  const ProcessResult run = run_ok({"demo"});
+  // The attention comparison at the build's demo length (shorter under the
+  // sanitizers, as for cli.demo); pictures into a scratch folder.
+  const std::string out_dir =
+      (std::filesystem::temp_directory_path() / "posbias_cli_test_demo").string();
+  const ProcessResult run =
+      run_ok({"demo", "--length", POSBIAS_DEMO_LENGTH, "--out", out_dir, "--progress", "never"});
+  std::filesystem::remove_all(out_dir);
   for (const char* expected : {
            "bias_module = AlibiPositionalBias(heads=4, total_heads=8)",
            "Example 1: bias = bias_module(10, 10)",
