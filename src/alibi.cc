@@ -73,6 +73,9 @@ Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads,
   check_slopes_and_total("alibi_bias", slopes, total_heads);
   check_lengths("alibi_bias", i, j);
   Tensor out = Tensor::empty({total_heads, i, j}, dtype);
+  // Nothing to write: return before the per-head multipliers (total_heads of
+  // them) are built, and before any product of the extents is formed.
+  if (out.numel() == 0) return out;
   fill_bottom_right(negated_with_zero_heads(slopes, total_heads), i, j, dtype,
                     out.raw_mutable_data());
   return out;
@@ -87,6 +90,7 @@ void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
     throw std::invalid_argument("alibi_bias_into: out is null for " +
                                 std::to_string(n) + " elements");
   }
+  if (n == 0) return;
   fill_bottom_right(negated_with_zero_heads(slopes, total_heads), i, j, dtype, out);
 }
 
@@ -114,6 +118,7 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes,
     }
   }
   Tensor out = Tensor::empty({total_heads, i, j}, dtype);
+  if (out.numel() == 0) return out;
   const std::vector<float> scale = negated_with_zero_heads(slopes, total_heads);
   const std::int64_t rows = total_heads * i;
   auto* base = static_cast<unsigned char*>(out.raw_mutable_data());
@@ -257,6 +262,7 @@ void AlibiPositionalBias::set_cache_limit_bytes(std::size_t bytes) {
 
 std::vector<float> AlibiBias::default_slopes(std::int64_t n_heads) {
   detail::check_at_least("AlibiBias: n_heads", n_heads, 1);
+  detail::check_at_most("AlibiBias: n_heads", n_heads, detail::kMaxHeads);
   // torch.linspace(start, end, steps) for float32 (aten/src/ATen/native/cpu/
   // RangeFactoriesKernel.cpp): step = (end - start) / (steps - 1) in float;
   // the first half counts up from start, the second half down from end.
@@ -300,17 +306,19 @@ Tensor AlibiBias::build(std::int64_t q_len, std::int64_t k_len, DType dtype) con
     }
   }
   Tensor out = Tensor::empty({1, n_heads_, q_len, k_len}, dtype);
-  detail::AlibiFillParams p;
-  p.scale = slopes_.data();
-  p.heads = n_heads_;
-  p.rows = q_len;
-  p.cols = k_len;
-  p.q0 = 0;
-  p.kind = causal_ ? detail::DistanceKind::kCausalClamp : detail::DistanceKind::kAbs;
-  p.canonical_zero = false;  // slope * 0 keeps its sign, as in the seed's code
-  p.dtype = dtype;
-  p.out = out.raw_mutable_data();
-  fill(p);
+  if (out.numel() > 0) {
+    detail::AlibiFillParams p;
+    p.scale = slopes_.data();
+    p.heads = n_heads_;
+    p.rows = q_len;
+    p.cols = k_len;
+    p.q0 = 0;
+    p.kind = causal_ ? detail::DistanceKind::kCausalClamp : detail::DistanceKind::kAbs;
+    p.canonical_zero = false;  // slope * 0 keeps its sign, as in the seed's code
+    p.dtype = dtype;
+    p.out = out.raw_mutable_data();
+    fill(p);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     cache_ = out;

@@ -17,6 +17,13 @@ void check_at_least(const char* what, std::int64_t value, std::int64_t min) {
   }
 }
 
+void check_at_most(const char* what, std::int64_t value, std::int64_t max) {
+  if (value > max) {
+    throw std::invalid_argument(std::string(what) + " must be <= " + std::to_string(max) +
+                                ", got " + std::to_string(value));
+  }
+}
+
 void check_finite_slopes(const char* what, const std::vector<float>& slopes) {
   for (std::size_t h = 0; h < slopes.size(); ++h) {
     if (!std::isfinite(slopes[h])) {

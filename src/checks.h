@@ -16,6 +16,14 @@ namespace posbias::detail {
 // Throws std::invalid_argument("<what> must be >= <min>, got <value>").
 void check_at_least(const char* what, std::int64_t value, std::int64_t min);
 
+// Throws std::invalid_argument("<what> must be <= <max>, got <value>").
+void check_at_most(const char* what, std::int64_t value, std::int64_t max);
+
+// Head counts above this are refused (std::invalid_argument) wherever a
+// per-head list would be built from a count alone (slope schedules, default
+// slopes): no model has them, and such a list would only exhaust memory.
+constexpr std::int64_t kMaxHeads = std::int64_t{1} << 24;
+
 // Throws std::invalid_argument naming the first non-finite slope.
 void check_finite_slopes(const char* what, const std::vector<float>& slopes);
 

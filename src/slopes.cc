@@ -16,17 +16,9 @@ std::int64_t floor_pow2(std::int64_t n) {
   return p;
 }
 
-// Heads beyond this are rejected: no model has them, and a slope schedule of
-// more entries would only be a way to exhaust memory.
-constexpr std::int64_t kMaxHeads = std::int64_t{1} << 24;
-
 void check_heads(const char* what, std::int64_t heads) {
   detail::check_at_least(what, heads, 1);
-  if (heads > kMaxHeads) {
-    throw std::invalid_argument(std::string(what) + " must be <= " +
-                                std::to_string(kMaxHeads) + ", got " +
-                                std::to_string(heads));
-  }
+  detail::check_at_most(what, heads, detail::kMaxHeads);
 }
 
 void check_range(std::int64_t total_heads, std::int64_t h0, std::int64_t h1) {

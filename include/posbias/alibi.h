@@ -171,7 +171,8 @@ class AlibiPositionalBias {
 /// Thread-safe like AlibiPositionalBias.
 class AlibiBias {
  public:
-  /// n_heads >= 1 heads with the seed's default slopes.
+  /// n_heads >= 1 heads with the seed's default slopes (n_heads <= 2^24, as
+  /// for alibi_slopes).
   explicit AlibiBias(std::int64_t n_heads, bool causal = true);
 
   /// Custom slopes: exactly n_heads finite values (an empty list is an

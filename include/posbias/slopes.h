@@ -5,6 +5,8 @@
 //
 // Every function validates its arguments and throws std::invalid_argument with
 // the offending values in the message; nothing is allocated before the checks.
+// Head counts are limited to 2^24 = 16777216 (no model has more; a longer
+// list would only exhaust memory).
 #ifndef POSBIAS_SLOPES_H_
 #define POSBIAS_SLOPES_H_
 

@@ -274,6 +274,31 @@ TEST(AlibiBiasBuilder, BadArguments) {
       [] { AlibiBias a(2, true, std::vector<float>{}); }, "n_heads = 2 entries, got 0");
   AlibiBias a(2);
   expect_throw_with<std::invalid_argument>([&] { a.build(-1, 2); }, "i = -1");
+  // A head count whose default slope list alone would exhaust memory.
+  expect_throw_with<std::invalid_argument>([] { AlibiBias huge(std::int64_t{1} << 40); },
+                                           "must be <= 16777216, got 1099511627776");
+}
+
+TEST(AlibiBiasBuilder, EmptyBuildsWithHugeExtents) {
+  // Zero elements: nothing to write, and no product of the other extents
+  // (n_heads * q_len overflows int64 here) may be formed.
+  AlibiBias a(4, false);
+  const Tensor t = a.build(std::int64_t{1} << 62, 0);
+  EXPECT_EQ(t.shape(), (std::vector<std::int64_t>{1, 4, std::int64_t{1} << 62, 0}));
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(a.build(0, std::int64_t{1} << 62).numel(), 0);
+}
+
+TEST(AlibiPositionalBias, EmptyResultsWithHugeTotalHeads) {
+  // 2^40 zero heads: an empty request must not build a per-head list of
+  // 2^40 entries (it threw std::bad_alloc), and a non-empty one is refused
+  // for its size, with the shape in the message.
+  const std::int64_t total = std::int64_t{1} << 40;
+  AlibiPositionalBias m(1, total);
+  EXPECT_EQ(m.forward(0, 0).shape(), (std::vector<std::int64_t>{total, 0, 0}));
+  EXPECT_EQ(m.forward(0, 5).shape(), (std::vector<std::int64_t>{total, 0, 5}));
+  EXPECT_EQ(m.forward_custom_pos({}, {1, 2, 3}).shape(), (std::vector<std::int64_t>{total, 0, 3}));
+  expect_throw_with<std::length_error>([&] { m.forward(1, 1); }, "[1099511627776, 1, 1]");
 }
 
 }  // namespace

@@ -304,5 +304,18 @@ TEST(AlibiBias, BadInputsThrowBeforeAllocating) {
       "overflow");
 }
 
+TEST(AlibiBias, EmptyOutputsNeedNoPerHeadMemory) {
+  // total_heads = 2^40 with no elements: the result is empty at once (a
+  // per-head multiplier list of 2^40 floats threw std::bad_alloc before).
+  const std::int64_t total = std::int64_t{1} << 40;
+  EXPECT_EQ(alibi_bias({0.5f}, total, 0, 0).shape(), (std::vector<std::int64_t>{total, 0, 0}));
+  EXPECT_EQ(alibi_bias({0.5f}, total, 7, 0, DType::kFloat16).numel(), 0);
+  EXPECT_EQ(alibi_bias_custom_pos({0.5f}, total, {1, 2}, {}).shape(),
+            (std::vector<std::int64_t>{total, 2, 0}));
+  alibi_bias_into({0.5f}, total, 0, 3, DType::kFloat32, nullptr);  // nothing written
+  // total_heads * i overflows int64 while the element count is 0.
+  EXPECT_EQ(alibi_bias({0.5f}, total, std::int64_t{1} << 40, 0).numel(), 0);
+}
+
 }  // namespace
 }  // namespace posbias
