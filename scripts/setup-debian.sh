@@ -26,6 +26,7 @@ packages=(
   python3-matplotlib  # the DynamicPositionBias seed example "Inspecting the Bias" (examples/python)
   clang               # libFuzzer harnesses (-fsanitize=fuzzer)
   libclang-rt-dev     # clang's sanitizer and libFuzzer runtimes
+  libomp-dev          # clang's OpenMP (omp.h, libomp) for the fuzz build; not pulled in by clang
   doxygen             # the API reference and its completeness test
   vim-runtime         # the English corpus of the extrapolation example
 )
