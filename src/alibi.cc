@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -91,6 +93,12 @@ void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
                                 std::to_string(n) + " elements");
   }
   if (n == 0) return;
+  if (reinterpret_cast<std::uintptr_t>(out) % dtype_size(dtype) != 0) {
+    std::ostringstream msg;
+    msg << "alibi_bias_into: out (" << out << ") is not aligned to the " << dtype_size(dtype)
+        << "-byte elements of " << dtype_name(dtype);
+    throw std::invalid_argument(msg.str());
+  }
   fill_bottom_right(negated_with_zero_heads(slopes, total_heads), i, j, dtype, out);
 }
 

@@ -54,7 +54,9 @@ Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads,
                   DType dtype = DType::kFloat32);
 
 /// As alibi_bias, written into caller-owned memory: `out` must hold
-/// total_heads * i * j contiguous elements of `dtype` (any alignment). For
+/// total_heads * i * j contiguous elements of `dtype`, aligned to the element
+/// size (4 or 2 bytes; no further alignment needed). std::invalid_argument
+/// for a null or misaligned `out` (unless there are no elements). For
 /// inference engines that own their buffers; allocates nothing.
 void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
                      std::int64_t i, std::int64_t j, DType dtype, void* out);

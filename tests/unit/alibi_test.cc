@@ -246,6 +246,22 @@ TEST(AlibiBias, IntoCallerMemoryEqualsTensorResult) {
   EXPECT_THROW(alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, nullptr),
                std::invalid_argument);
   alibi_bias_into(slopes, 8, 0, 9, DType::kFloat32, nullptr);  // empty: fine
+  // Element-aligned but not vector-aligned destinations are fine (one row,
+  // the direct path; 20 rows, the table path); a misaligned one is refused.
+  for (std::int64_t rows : {1, 20}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+      const Tensor want = alibi_bias(slopes, 8, rows, 9, dtype);
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(want.numel()) * 4 + 64);
+      std::uint8_t* at = bytes.data() + dtype_size(dtype);  // vector() is 16-byte aligned
+      alibi_bias_into(slopes, 8, rows, 9, dtype, at);
+      EXPECT_EQ(std::memcmp(at, want.raw_data(),
+                            static_cast<std::size_t>(want.numel()) * dtype_size(dtype)),
+                0);
+      expect_throw_with<std::invalid_argument>(
+          [&] { alibi_bias_into(slopes, 8, rows, 9, dtype, bytes.data() + 1); },
+          "not aligned to the " + std::to_string(dtype_size(dtype)) + "-byte elements");
+    }
+  }
 }
 
 TEST(AlibiBias, CustomPositionsMatchReference) {
