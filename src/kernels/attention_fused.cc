@@ -125,10 +125,14 @@ void StoreRow(const float* src, std::int64_t n, float mul, DType dt, void* base,
 // them keeps subnormal numbers (which x86 handles in microcode at ~100
 // cycles each) out of Exp and out of the P V products, where far-away ALiBi
 // keys (x around -1000) would otherwise produce them all the time.
+// hn::Exp returns 0 for NaN (its range test x >= -104 is false), which
+// silently dropped a NaN score (a NaN key, bias entry or +inf - +inf)
+// whenever the row max was finite: NaN lanes are passed through explicitly.
 HWY_INLINE VF SafeExp(DF df, VF x) {
   const VF lo = hn::Set(df, -40.0f);
   const auto under = hn::Lt(x, lo);
-  return hn::IfThenZeroElse(under, hn::Exp(df, hn::IfThenElse(under, lo, x)));
+  const VF e = hn::IfThenZeroElse(under, hn::Exp(df, hn::IfThenElse(under, lo, x)));
+  return hn::IfThenElse(hn::IsNaN(x), x, e);
 }
 
 // S[r][x..x + V N) for rows [0, R) of q (row stride d) against kt (d rows of

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention_fused.h"
@@ -474,6 +475,71 @@ TEST(AttentionFused, NaNStaysInTheRowsItTouches) {
     EXPECT_FALSE(std::isnan(out1[x]));
     EXPECT_TRUE(std::isnan(out1[d + x]));
   }
+}
+
+// A NaN score among finite ones (a NaN in one key, one dense-bias or table
+// entry, or +inf - +inf from a +inf bias) reaches exactly the rows that see
+// it. Highway's Exp maps NaN to 0, which used to drop such a score whenever
+// the row's max was finite (the rows came out finite, the reference NaN).
+TEST(AttentionFused, NaNInOneKeyOrBiasEntryReachesTheRowsThatSeeIt) {
+  const std::int64_t d = 8;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(4);  // decode: the keys are split, the states merged
+  struct Len {
+    std::int64_t i, j;
+  };
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    // i = 1 and 3: the direct few-row path (split across threads); 5 and 70:
+    // the packed block path.
+    for (const Len len : {Len{1, 300}, Len{3, 200}, Len{5, 90}, Len{70, 70}}) {
+      for (bool causal : {false, true}) {
+        const std::int64_t i = len.i, j = len.j;
+        const std::int64_t c = j - 1 - i / 2;  // seen by the last rows only when causal
+        const std::int64_t r0 = i - 1 - i / 3;
+        AttentionOptions opt;
+        opt.causal = causal;
+        const Tensor q = random_tensor({1, 2, i, d}, 21);
+        const Tensor v = random_tensor({1, 1, j, d}, 22);
+        Tensor k = random_tensor({1, 1, j, d}, 23);
+        k.mutable_data<float>()[c * d + 3] = NAN;
+        Tensor dense = random_tensor({1, 2, i, j}, 24);
+        dense.mutable_data<float>()[(i + r0) * j + 7] = NAN;  // head 1, row r0, key 7
+        Tensor inf_dense = random_tensor({i, j}, 25);
+        inf_dense.mutable_data<float>()[r0 * j + 7] = kInf;  // row r0 of both heads
+        Tensor table = random_tensor({2, 2 * j - 1}, 26);
+        table.mutable_data<float>()[j - 1 + 1] = NAN;  // head 0, q_r - c = 1
+        const Tensor k_ok = random_tensor({1, 1, j, d}, 23);
+        const std::string what = std::string(hwy::TargetName(target)) + " i " + std::to_string(i) +
+                                 " j " + std::to_string(j) + (causal ? " causal" : " full");
+        const std::vector<std::pair<std::string, Tensor>> runs = {
+            {"NaN key", attention_forward(q, k, v, AttentionBias::none(), opt)},
+            {"NaN dense", attention_forward(q, k_ok, v, AttentionBias::dense_bias(dense), opt)},
+            {"+inf dense",
+             attention_forward(q, k_ok, v, AttentionBias::dense_bias(inf_dense), opt)},
+            {"NaN table",
+             attention_forward(q, k_ok, v, AttentionBias::distance_table(table), opt)}};
+        const std::vector<Tensor> refs = {
+            attention_reference(q, k, v, AttentionBias::none(), opt),
+            attention_reference(q, k_ok, v, AttentionBias::dense_bias(dense), opt),
+            attention_reference(q, k_ok, v, AttentionBias::dense_bias(inf_dense), opt),
+            attention_reference(q, k_ok, v, AttentionBias::distance_table(table), opt)};
+        for (std::size_t x = 0; x < runs.size(); ++x) {
+          expect_attention_close(runs[x].second, refs[x], what + " " + runs[x].first);
+        }
+        // The NaN key, spelled out: row r sees key c iff not causal or c <= j - i + r.
+        const std::vector<float> out = runs[0].second.to_float_vector();
+        for (std::int64_t r = 0; r < 2 * i; ++r) {
+          const bool sees = !causal || c <= j - i + r % i;
+          EXPECT_EQ(std::isnan(out[r * d]), sees) << what << " NaN key, row " << r;
+        }
+        if (::testing::Test::HasFailure()) break;
+      }
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  omp_set_num_threads(saved);
 }
 
 TEST(AttentionFused, ExplicitScaleAndLongAlibiDistances) {
