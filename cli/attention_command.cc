@@ -1,6 +1,8 @@
 // `posbias attention`: attention_forward (the fused kernel) on seeded random
 // or given inputs, with any of its bias kinds; a summary (checksum, time) or
 // the output tensor, and optionally a check against attention_reference.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -187,6 +189,37 @@ std::string shape_text_summary(std::int64_t b, std::int64_t h, std::int64_t hk, 
          ", i " + std::to_string(i) + ", j " + std::to_string(j) + ", d " + std::to_string(d);
 }
 
+// The library refuses one tensor larger than the machine's memory, but the
+// tool holds several at once: refuse a run whose tensors together exceed it
+// (std::length_error, exit 2) before anything is allocated, rather than be
+// killed by the OOM killer while drawing the inputs. Counted: q, k, v and
+// the dense bias in float32, their 16-bit copies, the output and, with
+// --check, the reference's float32 copies and output.
+void check_total_memory(const AttentionShape& s, bool dense, DType dtype, bool check) {
+  const double qn = static_cast<double>(s.b) * static_cast<double>(s.h) * static_cast<double>(s.i) *
+                    static_cast<double>(s.d);
+  const double kn = static_cast<double>(s.b) * static_cast<double>(s.hk) *
+                    static_cast<double>(s.j) * static_cast<double>(s.d);
+  const double dn =
+      dense ? static_cast<double>(s.h) * static_cast<double>(s.i) * static_cast<double>(s.j) : 0.0;
+  const double size = static_cast<double>(dtype_size(dtype));
+  double bytes = 4.0 * (qn + 2.0 * kn + dn) + size * qn;
+  if (dtype != DType::kFloat32) bytes += size * (qn + 2.0 * kn);
+  if (check) bytes += 4.0 * (2.0 * qn + 2.0 * kn) + size * qn;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return;
+  const double memory = static_cast<double>(pages) * static_cast<double>(page_size);
+  if (bytes > memory) {
+    throw std::length_error(
+        "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
+        shape_list({s.b, s.hk, s.j, s.d}) +
+        (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) + " (" +
+        dtype_name(dtype) + (check ? ", --check" : "") + ") needs about " + number(bytes, "%.4g") +
+        " bytes, more than this machine's " + number(memory, "%.4g") + " bytes of memory");
+  }
+}
+
 int run_attention(const AttentionArgs& a, std::ostream& out) {
   if (a.slopes_option->count() > 0 && a.slopes.empty()) {
     throw std::invalid_argument("--slopes needs at least one value, e.g. --slopes 0.5,0.25");
@@ -254,6 +287,7 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
       throw std::invalid_argument(message);
     }
 
+    check_total_memory(s, a.bias == "dense", dtype, a.check);
     AttentionInputs in = random_attention_inputs(s, a.bias == "dense", seed);
     if (a.bias == "dense") bias = AttentionBias::dense_bias(in.dense);
     q = dtype == DType::kFloat32 ? in.q : in.q.to(dtype);

@@ -925,6 +925,23 @@ TEST(Cli, AttentionGivenInputs) {
                       "--inputs: cannot open safetensors file '/nonexistent/qkv.safetensors'");
 }
 
+// Every tensor alone fits in memory (the library accepts each), but q, k, v
+// and the output together do not: the tool refuses before drawing anything,
+// rather than being killed by the OOM killer half-way through the inputs.
+TEST(Cli, AttentionRefusesTensorsThatTogetherExceedMemory) {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  ASSERT_GT(pages, 0);
+  ASSERT_GT(page_size, 0);
+  const double memory = static_cast<double>(pages) * static_cast<double>(page_size);
+  // h = 1, d = 1, i = j = n: q, k, v and out are 4 n bytes each, a third of
+  // the memory, so four of them need 4/3 of it.
+  const auto n = static_cast<std::int64_t>(memory / 12.0);
+  const std::string length = std::to_string(n);
+  expect_bad_argument({"attention", "--heads", "1", "-i", length, "-j", length, "-d", "1"},
+                      "bytes, more than this machine's");
+}
+
 // ------------------------------------------------------------ check-golden
 
 TEST(Cli, CheckGoldenProjectCopyPasses) {
