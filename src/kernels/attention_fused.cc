@@ -9,11 +9,12 @@
 //   1. pack K^T (d x block_k) and V (block_k x d) into float32 buffers
 //      (converting 16-bit inputs exactly and gathering strided rows once);
 //   2. S = (scale q) K^T with a register-tiled micro-kernel (R rows x V
-//      vectors of keys, broadcast-FMA over d);
-//   3. one pass per row adds the bias (ALiBi from the integer distance, a
-//      forward window of the reversed distance table, or the dense tensor),
-//      masks the keys the row cannot see, takes the max; a second pass
-//      forms p = exp(s - m) and its sum;
+//      vectors of keys, broadcast-FMA over d); ALiBi is added as the tile
+//      is stored (-slope |distance|, one FMA per vector, no extra pass);
+//   3. one pass per row adds any other bias (a forward window of the
+//      reversed distance table, or the dense tensor; ALiBi on the decode
+//      path), masks the keys the row cannot see, takes the max; a second
+//      pass forms p = exp(s - m) and its sum;
 //   4. O = alpha O + P V with a second micro-kernel (R rows x V vectors of
 //      d, broadcast-FMA over keys).
 //
@@ -43,6 +44,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 HWY_BEFORE_NAMESPACE();
@@ -135,12 +137,23 @@ HWY_INLINE VF SafeExp(DF df, VF x) {
   return hn::IfThenElse(hn::IsNaN(x), x, e);
 }
 
+// ALiBi folded into the block product's store: row r of the tile adds
+// neg_slope * |x + lane - row_off[r]| to column x + lane, where row_off[r] =
+// max(q_r, 0) - c0 (see BiasMaskMax). The distances are exact integers in
+// float32 and the add is the same single-rounding FMA as BiasMaskMax's, so
+// the scores are bit for bit those of the separate pass, without its load
+// and store of every score.
+struct AlibiFold {
+  const float* row_off = nullptr;  // per row of the tile
+  float neg_slope = 0.0f;
+};
+
 // S[r][x..x + V N) for rows [0, R) of q (row stride d) against kt (d rows of
-// ld floats).
-template <int R, int V>
+// ld floats); with kAlibi, plus the ALiBi bias of `fold`.
+template <int R, int V, bool kAlibi>
 HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
                        const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
-                       float* HWY_RESTRICT s, std::int64_t lds) {
+                       float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   VF acc[R][V];
   for (int r = 0; r < R; ++r) {
@@ -155,18 +168,33 @@ HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
       for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
     }
   }
+  if constexpr (kAlibi) {
+    const VF neg_slope = hn::Set(df, fold.neg_slope);
+    VF col[V];
+    for (int u = 0; u < V; ++u) {
+      col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(x + u * n)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const VF off = hn::Set(df, fold.row_off[r]);
+      for (int u = 0; u < V; ++u) {
+        acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
+      }
+    }
+  }
   for (int r = 0; r < R; ++r) {
     for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, s + r * lds + x + u * n);
   }
 }
 
-template <int R>
+template <int R, bool kAlibi>
 HWY_INLINE void QKRows(DF df, const float* q, std::int64_t d, const float* kt, std::int64_t ld,
-                       std::int64_t cols, float* s, std::int64_t lds) {
+                       std::int64_t cols, float* s, std::int64_t lds, const AlibiFold& fold) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   std::int64_t x = 0;
-  for (; x + kVecs * n <= cols; x += kVecs * n) QKTile<R, kVecs>(df, q, d, kt, ld, x, s, lds);
-  for (; x < cols; x += n) QKTile<R, 1>(df, q, d, kt, ld, x, s, lds);
+  for (; x + kVecs * n <= cols; x += kVecs * n) {
+    QKTile<R, kVecs, kAlibi>(df, q, d, kt, ld, x, s, lds, fold);
+  }
+  for (; x < cols; x += n) QKTile<R, 1, kAlibi>(df, q, d, kt, ld, x, s, lds, fold);
 }
 
 // O rows [0, R) (row stride ldo), columns [x, x + V N): O = alpha O + sum over
@@ -264,7 +292,7 @@ struct AttentionHeadPack {
 };
 
 struct AttentionWork {
-  hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha;
+  hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha, alibi_off;
   std::vector<std::int64_t> lim;
   AttentionHeadPack pack;
   AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
@@ -277,20 +305,23 @@ struct AttentionWork {
         m(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
         l(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
         alpha(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
+        alibi_off(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
         lim(static_cast<std::size_t>(bq)) {}
 };
 
 // Adds the bias to row r (absolute query row qr, position qpos) of S over
-// columns [0, cols) of the block at key c0, masks columns >= lim with -inf,
-// and returns the row max.
+// columns [0, cols) of the block at key c0 (unless `alibi_added`: the block
+// product already added ALiBi), masks columns >= lim with -inf, and returns
+// the row max.
 HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t bb, std::int64_t hh,
                              std::int64_t qr, std::int64_t qpos, std::int64_t c0, std::int64_t cols,
-                             std::int64_t lim, float* HWY_RESTRICT s) {
+                             std::int64_t lim, bool alibi_added, float* HWY_RESTRICT s) {
+  const FusedBias kind = alibi_added ? FusedBias::kNone : p.bias;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   // A row that sees no key of this block reads nothing (with i > j a
   // distance-table window would start outside the table).
   if (lim == 0) return kNegInf;
-  if (p.bias == FusedBias::kDense) {
+  if (kind == FusedBias::kDense) {
     const float* dr = p.dense + bb * p.dense_stride[0] + hh * p.dense_stride[1] +
                       qr * p.dense_stride[2] + c0 * p.dense_stride[3];
     const std::int64_t sc = p.dense_stride[3];
@@ -310,9 +341,9 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   // constant), but scores near 0 rather than around -slope * |q_r|, where
   // float32 would round them to the ulp of hundreds.
   const std::int64_t alibi_rel0 = c0 - std::max<std::int64_t>(qpos, 0);
-  const VF neg_slope = hn::Set(df, p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f);
+  const VF neg_slope = hn::Set(df, kind == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f);
   const float* window =
-      p.bias == FusedBias::kTable ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1) : nullptr;
+      kind == FusedBias::kTable ? p.rtable + hh * p.rtable_stride + (rel0 + p.j - 1) : nullptr;
   // Only the vectors holding visible keys: the rest of the row is never read.
   const std::int64_t span = std::min<std::int64_t>(
       cols, static_cast<std::int64_t>(
@@ -320,7 +351,7 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   // One loop per bias kind (no branch inside); the masked tail is at most
   // one vector and handled after.
   const std::int64_t full = std::min(span, lim - lim % n);
-  if (p.bias == FusedBias::kAlibi) {
+  if (kind == FusedBias::kAlibi) {
     VF dist = hn::Add(hn::Set(df, static_cast<float>(alibi_rel0)), iota);  // exact
     const VF step = hn::Set(df, static_cast<float>(n));
     for (std::int64_t x = 0; x < full; x += n) {
@@ -329,7 +360,7 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
       vmax = hn::Max(vmax, v);
       dist = hn::Add(dist, step);
     }
-  } else if (p.bias == FusedBias::kTable) {
+  } else if (kind == FusedBias::kTable) {
     for (std::int64_t x = 0; x < full; x += n) {
       const VF v = hn::Add(hn::Load(df, s + x), hn::LoadU(df, window + x));
       hn::Store(v, df, s + x);
@@ -340,10 +371,10 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   }
   for (std::int64_t x = full; x < span; x += n) {
     VF v = hn::Load(df, s + x);
-    if (p.bias == FusedBias::kAlibi) {
+    if (kind == FusedBias::kAlibi) {
       const VF dist = hn::Add(hn::Set(df, static_cast<float>(alibi_rel0 + x)), iota);
       v = hn::MulAdd(neg_slope, hn::Abs(dist), v);
-    } else if (p.bias == FusedBias::kTable) {
+    } else if (kind == FusedBias::kTable) {
       v = hn::Add(v, hn::LoadU(df, window + x));
     }
     const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
@@ -390,6 +421,9 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
       std::fill(w.pack.ready.begin(), w.pack.ready.end(), 0);
     }
   }
+  // ALiBi is added by the block product (not the decode path's dots).
+  const bool alibi_fold = !direct && p.bias == FusedBias::kAlibi;
+  const float neg_slope = p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f;
   const bool k_direct = p.dtype == DType::kFloat32 && p.k_stride[3] == 1;
   const bool v_direct = p.dtype == DType::kFloat32 && p.v_stride[3] == 1;
 
@@ -472,13 +506,25 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
         return static_cast<std::int64_t>(
             hwy::RoundUpTo(static_cast<std::size_t>(most), static_cast<std::size_t>(n)));
       };
-      for (; r + kRows <= br; r += kRows) {
-        QKRows<kRows>(df, w.q.get() + r * d, d, kt, ld, visible_cols(r, r + kRows), s + r * cols,
-                      cols);
+      if (alibi_fold) {
+        for (std::int64_t rr = 0; rr < br; ++rr) {
+          w.alibi_off[rr] = static_cast<float>(
+              std::max<std::int64_t>(p.j - p.i + r0 + rr, 0) - c0);  // exact: |.| < 2^24
+        }
       }
-      for (; r < br; ++r) {
-        QKRows<1>(df, w.q.get() + r * d, d, kt, ld, visible_cols(r, r + 1), s + r * cols, cols);
-      }
+      const auto qk_rows = [&](auto rows_tag, std::int64_t rr) {
+        constexpr int R = decltype(rows_tag)::value;
+        const AlibiFold fold{w.alibi_off.get() + rr, neg_slope};
+        float* srow = s + rr * cols;
+        const std::int64_t vis = visible_cols(rr, rr + R);
+        if (alibi_fold) {
+          QKRows<R, true>(df, w.q.get() + rr * d, d, kt, ld, vis, srow, cols, fold);
+        } else {
+          QKRows<R, false>(df, w.q.get() + rr * d, d, kt, ld, vis, srow, cols, fold);
+        }
+      };
+      for (; r + kRows <= br; r += kRows) qk_rows(std::integral_constant<int, kRows>(), r);
+      for (; r < br; ++r) qk_rows(std::integral_constant<int, 1>(), r);
     }
 
     // Bias, mask, online softmax.
@@ -486,7 +532,8 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
       float* srow = s + r * cols;
       std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
       const std::int64_t qr = r0 + r;
-      const float row_max = BiasMaskMax(df, p, bb, hh, qr, p.j - p.i + qr, c0, cols, lim, srow);
+      const float row_max =
+          BiasMaskMax(df, p, bb, hh, qr, p.j - p.i + qr, c0, cols, lim, alibi_fold, srow);
       const float m_old = w.m[r];
       const float m_new = std::max(m_old, row_max);
       if (m_new == kNegInf) {
