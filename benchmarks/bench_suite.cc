@@ -483,9 +483,15 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
   return out;
 }
 
+// Whole numbers (byte counts, sizes) exactly; other values to 6 significant
+// digits (medians of noisy timings carry no more).
 std::string json_number(double v) {
   std::ostringstream s;
-  s << std::setprecision(6) << v;
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    s << static_cast<std::int64_t>(v);
+  } else {
+    s << std::setprecision(6) << v;
+  }
   return s.str();
 }
 
@@ -516,9 +522,10 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
       out << std::left << std::setw(34) << (first ? r.name : "") << std::right
           << std::setw(12) << (first ? json_number(r.median_ms) : "") << "   " << std::left
           << std::setw(20) << k << std::right << std::setw(12) << json_number(v) << "   ";
-      if (is_time && r.median_ms > 0) {
-        out << std::fixed << std::setprecision(2) << v / r.median_ms << std::defaultfloat
-            << "x baseline time";
+      if (is_time && r.median_ms > 0 && v > 0) {
+        const double ratio = v / r.median_ms;
+        out << std::fixed << std::setprecision(2) << (ratio >= 1.0 ? ratio : 1.0 / ratio)
+            << std::defaultfloat << (ratio >= 1.0 ? "x faster" : "x slower");
       }
       out << "\n";
       first = false;
@@ -526,8 +533,8 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
     for (const auto& [k, v] : r.extra) out << "    " << k << " = " << json_number(v) << "\n";
     out << "    " << r.note << "\n";
   }
-  out << "(" << omp_get_max_threads() << " threads; medians; ratio = baseline time / ours, "
-      << ">= 1 means faster than the baseline)\n";
+  out << "(" << omp_get_max_threads() << " threads; medians; ratio: how much faster or slower "
+      << "than the baseline, measured in the same run)\n";
 }
 
 }  // namespace
