@@ -82,8 +82,10 @@ struct AttentionOptions {
 /// out [b, h, i, d], contiguous, in q's dtype. d >= 1; b, h, i, j >= 0.
 ///
 /// Algorithm: query blocks x key blocks with an online softmax (running
-/// max, running sum, rescaled float32 accumulator); the bias is added in the
-/// same pass that scales the scores. ALiBi is computed from the integer
+/// max, running sum, rescaled float32 accumulator); ALiBi is added as the
+/// block product q k^T is stored (no pass of its own), a distance table or
+/// dense bias in the pass that masks and takes the row max. ALiBi is computed
+/// from the integer
 /// distance of each element (exact in float32 up to 2^24 positions; the
 /// cheaper "+slope * c" form of causal ALiBi is not used because at long j
 /// it rounds the scores to the ulp of slope * j). Causal key blocks
