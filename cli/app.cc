@@ -82,6 +82,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       add_t5_bucket_command(app),  add_attention_command(app), add_check_golden_command(app),
       add_bench_command(app),
   };
+  refuse_empty_values(app);
 
   // CLI11 would call an unknown command "not expected"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {

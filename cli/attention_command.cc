@@ -221,9 +221,6 @@ void check_total_memory(const AttentionShape& s, bool dense, DType dtype, bool c
 }
 
 int run_attention(const AttentionArgs& a, std::ostream& out) {
-  if (a.slopes_option->count() > 0 && a.slopes.empty()) {
-    throw std::invalid_argument("--slopes needs at least one value, e.g. --slopes 0.5,0.25");
-  }
   if (a.slopes_option->count() > 0 && a.bias != "alibi") {
     throw std::invalid_argument("--slopes is an option of --bias alibi, got --bias " + a.bias);
   }
@@ -386,9 +383,8 @@ Command add_attention_command(CLI::App& app) {
           ->check(CLI::IsMember({"dpb", "t5"}))
           ->default_str("dpb");
   args->slopes_option =
-      sub->add_option("--slopes", args->slopes,
-                      "--bias alibi: one slope per query head (default alibi_slopes(h))")
-          ->delimiter(',')
+      add_float_list_option(*sub, "--slopes", args->slopes,
+                            "--bias alibi: one slope per query head (default alibi_slopes(h))")
           ->type_name("S1,S2,...");
   add_seed_option(*sub, args->seed, "Seed of the random inputs and of the table's module");
   args->dtype_option =

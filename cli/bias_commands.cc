@@ -496,11 +496,9 @@ Command add_t5_bucket_command(CLI::App& app) {
       "--format json prints {\"rel\": [...], \"buckets\": [...]}.\n"
       "Example:\n"
       "  posbias t5-bucket --rel=-200,-7,0,7 --causal");
-  sub->add_option("--rel", args->rel, "Relative positions k - q, comma-separated")
+  add_int64_list_option(*sub, "--rel", args->rel, "Relative positions k - q, comma-separated")
       ->required()
-      ->delimiter(',')
-      ->type_name("R1,R2,...")
-      ->check(int64_in_range());
+      ->type_name("R1,R2,...");
   sub->add_flag("--causal", args->causal,
                 "One-sided buckets (future keys all in bucket 0); default two-sided");
   sub->add_option("--num-buckets", args->num_buckets, "Buckets (>= 2; >= 4 two-sided), default 32")

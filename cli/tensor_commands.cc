@@ -1,7 +1,11 @@
 // `posbias slopes`, `posbias alibi` and `posbias alibi-bias`: one library call
 // each, printed like PyTorch's print(tensor) or as JSON.
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -46,18 +50,92 @@ std::pair<std::int64_t, std::int64_t> parse_head_range(const std::string& text) 
                               "'");
 }
 
-// --slopes given without a value (`--slopes ""`) is a mistake, not "default".
-void check_slopes_given(const CLI::Option* option, const std::vector<float>& slopes) {
-  if (option->count() > 0 && slopes.empty()) {
-    throw std::invalid_argument("--slopes needs at least one value, e.g. --slopes 0.5,0.25");
-  }
+CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {
+  return add_float_list_option(sub, "--slopes", slopes, help)->type_name("S1,S2,...");
 }
 
-CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {
-  return sub.add_option("--slopes", slopes, help)->delimiter(',')->type_name("S1,S2,...");
+// Item `item` of a list option as a float32: the whole text a number
+// (strtof: "0.5", "-2e-3", "inf", "nan"), not past float32's range.
+std::optional<std::string> parse_float_item(const std::string& item, float& value) {
+  char* end = nullptr;
+  errno = 0;
+  value = std::strtof(item.c_str(), &end);
+  if (end == item.c_str() || end != item.c_str() + item.size()) return "is not a number";
+  if (errno == ERANGE && std::isinf(value)) return "is past the float32 range";
+  return std::nullopt;
+}
+
+std::optional<std::string> parse_int64_item(const std::string& item, std::int64_t& value) {
+  const char* begin = item.data();
+  const char* end = item.data() + item.size();
+  if (begin != end && *begin == '+') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range) return "does not fit in a 64-bit integer";
+  if (ec != std::errc() || ptr != end || begin == end) return "is not an integer";
+  return std::nullopt;
+}
+
+// The list option: every argument split at commas, each item parsed by
+// `parse` (an error message or nullopt) into `values`.
+template <typename T, typename Parse>
+CLI::Option* add_list_option(CLI::App& sub, const std::string& name, std::vector<T>& values,
+                             const std::string& help, Parse parse) {
+  return sub.add_option_function<std::vector<std::string>>(
+      name,
+      [&values, name, parse](const std::vector<std::string>& arguments) {
+        values.clear();
+        for (const std::string& argument : arguments) {
+          std::size_t start = 0;
+          for (std::size_t n = 1;; ++n) {
+            const std::size_t comma = std::min(argument.find(',', start), argument.size());
+            const std::string item = argument.substr(start, comma - start);
+            const bool one_item = start == 0 && comma == argument.size();
+            const std::string where = one_item
+                                          ? "'" + item + "'"
+                                          : "item " + std::to_string(n) + " of '" + argument + "'" +
+                                                (item.empty() ? "" : " ('" + item + "')");
+            if (item.empty()) throw CLI::ValidationError(name, where + " is empty");
+            T value{};
+            if (const auto error = parse(item, value)) {
+              throw CLI::ValidationError(name, where + " " + *error);
+            }
+            values.push_back(value);
+            if (comma == argument.size()) break;
+            start = comma + 1;
+          }
+        }
+      },
+      help);
 }
 
 }  // namespace
+
+CLI::Option* add_float_list_option(CLI::App& sub, const std::string& name,
+                                   std::vector<float>& values, const std::string& help) {
+  return add_list_option(sub, name, values, help, parse_float_item);
+}
+
+CLI::Option* add_int64_list_option(CLI::App& sub, const std::string& name,
+                                   std::vector<std::int64_t>& values, const std::string& help) {
+  return add_list_option(sub, name, values, help, parse_int64_item);
+}
+
+const CLI::Validator& non_empty_value() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "the value is empty ('')" : "";
+      },
+      "");
+  return validator;
+}
+
+void refuse_empty_values(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* option : sub->get_options()) {
+      if (option->get_type_size_max() > 0) option->check(non_empty_value());
+    }
+  }
+}
 
 void add_plot_option(CLI::App& sub, std::string& path) {
   sub.add_option("--plot", path,
@@ -155,7 +233,6 @@ Command add_alibi_command(CLI::App& app) {
     std::string dtype = "float32";
     std::string format = "text";
     std::vector<float> slopes;
-    CLI::Option* slopes_option = nullptr;
     std::string plot;
   };
   auto args = std::make_shared<Args>();
@@ -180,15 +257,13 @@ Command add_alibi_command(CLI::App& app) {
                   "float32, rounded once)")
       ->default_str("float32");
   add_format_option(*sub, args->format);
-  args->slopes_option =
-      add_slopes_option(*sub, args->slopes,
-                        "Custom slopes, one per biased head (default: alibi_slopes(H)); used as "
-                        "given, positive slopes penalise distance");
+  add_slopes_option(*sub, args->slopes,
+                    "Custom slopes, one per biased head (default: alibi_slopes(H)); used as "
+                    "given, positive slopes penalise distance");
   add_plot_option(*sub, args->plot);
 
   return {sub, [args](std::ostream& out) {
             if (!args->plot.empty()) check_plot_path(args->plot);
-            check_slopes_given(args->slopes_option, args->slopes);
             const DType dtype = parse_dtype(args->dtype);
             if (!args->heads && args->slopes.empty()) {
               throw std::invalid_argument("--heads is required (or give --slopes)");
@@ -262,7 +337,6 @@ Command add_alibi_bias_command(CLI::App& app) {
                         "linspace(-0.05, -0.5, n_heads))");
 
   return {sub, [args](std::ostream& out) {
-            check_slopes_given(args->slopes_option, args->slopes);
             const DType dtype = parse_dtype(args->dtype);
             const AlibiBias builder = args->slopes_option->count() > 0
                                           ? AlibiBias(args->heads, args->causal, args->slopes)

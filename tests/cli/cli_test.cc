@@ -219,6 +219,24 @@ TEST(Cli, AlibiSlopesAloneSetTheHeads) {
   EXPECT_EQ(run.out, "{\"shape\": [2, 1, 2], \"data\": [-0.5, 0, -0.25, 0]}\n");
 }
 
+// A list is commas, several arguments or the option repeated, in order;
+// a negative number is a value, not an option.
+TEST(Cli, ListOptionsTakeCommasArgumentsAndRepeats) {
+  const std::string expected = "{\"shape\": [3, 1, 2], \"data\": [-0.5, 0, -0.25, 0, 0.125, 0]}\n";
+  for (const std::vector<std::string>& slopes :
+       {std::vector<std::string>{"--slopes", "0.5,0.25,-0.125"},
+        std::vector<std::string>{"--slopes", "0.5", "0.25", "-0.125"},
+        std::vector<std::string>{"--slopes", "0.5,0.25", "--slopes", "-0.125"},
+        std::vector<std::string>{"--slopes=+0.5,0.25,-125e-3"}}) {
+    std::vector<std::string> args = {"alibi", "-i", "1", "-j", "2", "--format", "json"};
+    args.insert(args.end(), slopes.begin(), slopes.end());
+    const ProcessResult run = run_ok(args);
+    EXPECT_EQ(run.out, expected) << describe(args, run);
+  }
+  EXPECT_EQ(run_ok({"t5-bucket", "--rel", "-3,+2", "5", "--format", "json"}).out,
+            "{\"rel\": [-3, 2, 5], \"buckets\": [3, 18, 21]}\n");
+}
+
 TEST(Cli, AlibiTextLooksLikePrintInPyTorch) {
   const ProcessResult run =
       run_ok({"alibi", "--heads", "1", "--slopes", "0.5", "-i", "2", "-j", "3"});
@@ -1346,7 +1364,121 @@ INSTANTIATE_TEST_SUITE_P(
                 "--repetitions must be >= 1, got 0"},
         BadArgs{"BenchNegativeWarmup",
                 {"bench", "alibi", "--warmup", "-1"},
-                "--warmup must be >= 0, got -1"}),
+                "--warmup must be >= 0, got -1"},
+        // An empty value: CLI11 2.1 reads it as 0 or as "not given" unless
+        // refused (cli/app.cc, refuse_empty_values); every option kind.
+        BadArgs{"SlopesEmptyHeads", {"slopes", "--heads", ""}, "--heads: the value is empty ('')"},
+        BadArgs{"SlopesEmptyMaxBias",
+                {"slopes", "--heads", "8", "--max-bias", ""},
+                "--max-bias: the value is empty ('')"},
+        BadArgs{"SlopesEmptyRange",
+                {"slopes", "--heads", "8", "--range", ""},
+                "--range: the value is empty ('')"},
+        BadArgs{"AlibiEmptySlopes",
+                {"alibi", "--slopes", "", "-i", "1", "-j", "2"},
+                "--slopes: the value is empty ('')"},
+        BadArgs{"AlibiEmptyI",
+                {"alibi", "--heads", "2", "-i", "", "-j", "2"},
+                "-i: the value is empty ('')"},
+        BadArgs{"AlibiEmptyJ",
+                {"alibi", "--heads", "2", "-i", "1", "-j", ""},
+                "-j: the value is empty ('')"},
+        BadArgs{"AlibiEmptyTotalHeads",
+                {"alibi", "--heads", "2", "--total-heads", "", "-i", "1", "-j", "2"},
+                "--total-heads: the value is empty ('')"},
+        BadArgs{"AlibiEmptyDtype",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "2", "--dtype", ""},
+                "--dtype: the value is empty ('')"},
+        BadArgs{"AlibiEmptyPlot",
+                {"alibi", "--heads", "2", "-i", "1", "-j", "2", "--plot", ""},
+                "--plot: the value is empty ('')"},
+        // Comma items: CLI11's own delimiter would drop the empty ones.
+        BadArgs{"AlibiEmptySlopeItem",
+                {"alibi", "--heads", "2", "--slopes", "0.5,,0.25", "-i", "1", "-j", "2"},
+                "--slopes: item 2 of '0.5,,0.25' is empty"},
+        BadArgs{"AlibiTrailingCommaInSlopes",
+                {"alibi", "--slopes", "0.5,", "-i", "1", "-j", "2"},
+                "--slopes: item 2 of '0.5,' is empty"},
+        BadArgs{"AlibiSlopePastFloat32",
+                {"alibi", "--slopes", "1e39", "-i", "1", "-j", "2"},
+                "--slopes: '1e39' is past the float32 range"},
+        BadArgs{"AlibiBiasEmptySlopes",
+                {"alibi-bias", "--heads", "1", "--slopes", "", "-i", "2", "-j", "2"},
+                "--slopes: the value is empty ('')"},
+        BadArgs{"AlibiBiasEmptyHeads",
+                {"alibi-bias", "--heads", "", "-i", "2", "-j", "2"},
+                "--heads: the value is empty ('')"},
+        BadArgs{"AlibiBiasEmptyQLen",
+                {"alibi-bias", "--heads", "1", "-i", "", "-j", "2"},
+                "--q-len: the value is empty ('')"},
+        BadArgs{"DpbEmptyDim",
+                {"dpb", "--dim", "", "--heads", "2", "-i", "1", "-j", "1"},
+                "--dim: the value is empty ('')"},
+        BadArgs{"DpbEmptyDepth",
+                {"dpb", "--dim", "4", "--heads", "2", "--variant", "x-transformers", "--depth", "",
+                 "-i", "1", "-j", "1"},
+                "--depth: the value is empty ('')"},
+        BadArgs{"DpbEmptySeed",
+                {"dpb", "--dim", "4", "--heads", "2", "-i", "1", "-j", "1", "--seed", ""},
+                "--seed: the value is empty ('')"},
+        BadArgs{"DpbEmptySave",
+                {"dpb", "--dim", "4", "--heads", "2", "--save", ""},
+                "--save: the value is empty ('')"},
+        BadArgs{"T5EmptyHeads",
+                {"t5", "--heads", "", "-i", "1", "-j", "1"},
+                "--heads: the value is empty ('')"},
+        BadArgs{"T5EmptyScale",
+                {"t5", "--heads", "2", "-i", "1", "-j", "1", "--scale", ""},
+                "--scale: the value is empty ('')"},
+        BadArgs{"T5EmptyNumBuckets",
+                {"t5", "-i", "1", "-j", "1", "--buckets", "--num-buckets", ""},
+                "--num-buckets: the value is empty ('')"},
+        BadArgs{"T5EmptyMaxDistance",
+                {"t5", "--heads", "2", "-i", "1", "-j", "1", "--max-distance", ""},
+                "--max-distance: the value is empty ('')"},
+        BadArgs{"T5BucketEmptyRel", {"t5-bucket", "--rel", ""}, "--rel: the value is empty ('')"},
+        BadArgs{"T5BucketEmptyRelItem",
+                {"t5-bucket", "--rel", "1,,2"},
+                "--rel: item 2 of '1,,2' is empty"},
+        BadArgs{"T5BucketRelPastInt64",
+                {"t5-bucket", "--rel", "1,99999999999999999999"},
+                "--rel: item 2 of '1,99999999999999999999' ('99999999999999999999') does not fit "
+                "in a 64-bit integer"},
+        BadArgs{"AttentionEmptyD",
+                {"attention", "--heads", "2", "-i", "1", "-j", "1", "-d", ""},
+                "-d: the value is empty ('')"},
+        BadArgs{"AttentionEmptyBatch",
+                {"attention", "--batch", "", "--heads", "2", "-i", "1", "-j", "1", "-d", "4"},
+                "--batch: the value is empty ('')"},
+        BadArgs{"AttentionEmptyKvHeads",
+                {"attention", "--heads", "2", "--kv-heads", "", "-i", "1", "-j", "1", "-d", "4"},
+                "--kv-heads: the value is empty ('')"},
+        BadArgs{"AttentionEmptyScale",
+                {"attention", "--heads", "2", "-i", "1", "-j", "1", "-d", "4", "--scale", ""},
+                "--scale: the value is empty ('')"},
+        BadArgs{"AttentionEmptySlopes",
+                {"attention", "--heads", "1", "-i", "1", "-j", "1", "-d", "4", "--bias", "alibi",
+                 "--slopes", ""},
+                "--slopes: the value is empty ('')"},
+        BadArgs{"AttentionCommaAsSlopes",
+                {"attention", "--heads", "1", "-i", "1", "-j", "1", "-d", "4", "--bias", "alibi",
+                 "--slopes", ","},
+                "--slopes: item 1 of ',' is empty"},
+        BadArgs{"AttentionEmptyInputs",
+                {"attention", "--inputs", ""},
+                "--inputs: the value is empty ('')"},
+        BadArgs{"DemoEmptyLength", {"demo", "--length", ""}, "--length: the value is empty ('')"},
+        BadArgs{"DemoEmptyRepetitions",
+                {"demo", "--repetitions", ""},
+                "--repetitions: the value is empty ('')"},
+        BadArgs{"DemoEmptyOut", {"demo", "--out", ""}, "--out: the value is empty ('')"},
+        BadArgs{"CheckGoldenEmptyFile", {"check-golden", ""}, "file: the value is empty ('')"},
+        BadArgs{"BenchEmptyRepetitions",
+                {"bench", "alibi", "--repetitions", ""},
+                "--repetitions: the value is empty ('')"},
+        BadArgs{"BenchEmptyWarmup",
+                {"bench", "alibi", "--warmup", ""},
+                "--warmup: the value is empty ('')"}),
     [](const testing::TestParamInfo<BadArgs>& param_info) { return param_info.param.name; });
 
 }  // namespace
