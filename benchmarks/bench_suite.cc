@@ -15,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "baselines.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
@@ -42,15 +44,24 @@ double gbps(std::size_t bytes, double ms) {
 }
 
 // Runs a PyTorch peer script of benchmarks/ with /usr/bin/python3 (or
-// $POSBIAS_PEER_PYTHON); returns its JSON line, or "" with `why` set when
+// $POSBIAS_PEER_PYTHON) and `args` (shell words); returns its JSON line, or "" with `why` set when
 // Python or torch is missing (the peer is optional: torch is not a build
 // dependency).
-std::string run_peer(const std::string& script_and_args, std::string* why) {
+// `text` in single quotes for /bin/sh (a path with spaces or quotes stays
+// one word).
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string run_peer(const std::string& script, const std::string& args, std::string* why) {
 #ifdef POSBIAS_BENCH_DIR
   const char* env = std::getenv("POSBIAS_PEER_PYTHON");
   const std::string python = env ? env : "/usr/bin/python3";
-  const std::string cmd =
-      python + " " + POSBIAS_BENCH_DIR + "/" + script_and_args + " 2>/dev/null";
+  const std::string cmd = shell_quote(python) + " " +
+                          shell_quote(std::string(POSBIAS_BENCH_DIR) + "/" + script) + " " +
+                          args + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   if (!pipe) {
     *why = "could not start " + python;
@@ -59,30 +70,36 @@ std::string run_peer(const std::string& script_and_args, std::string* why) {
   std::string text;
   char buf[512];
   while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) text += buf;
-  if (text.find('{') == std::string::npos) {
+  // The last line is the peer's JSON object.
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const std::size_t line_start = text.find_last_of('\n');
+  text = line_start == std::string::npos ? text : text.substr(line_start + 1);
+  if (text.empty() || text.front() != '{') {
     *why = "PyTorch peer unavailable (" + python + " without torch?)";
     return "";
   }
   return text;
 #else
-  (void)script_and_args;
+  (void)script;
+  (void)args;
   *why = "PyTorch peer scripts not found in this installation";
   return "";
 #endif
 }
 
-// The number after "key": in a peer's JSON line, or -1.
+// The number under `key` in a peer's JSON line, or -1 when the line does not
+// parse or has no such number.
 double json_field(const std::string& text, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  const auto at = text.find(k);
-  if (at == std::string::npos) return -1;
-  return std::strtod(text.c_str() + at + k.size(), nullptr);
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return -1;
+  const auto it = doc.find(key);
+  return it != doc.end() && it->is_number() ? it->get<double>() : -1;
 }
 
 double pytorch_peer_ms(std::int64_t heads, std::int64_t n, int reps, const std::string& dtype,
                        std::string* why) {
   const std::string text =
-      run_peer("peer_alibi.py --heads " + std::to_string(heads) + " -n " + std::to_string(n) +
+      run_peer("peer_alibi.py", "--heads " + std::to_string(heads) + " -n " + std::to_string(n) +
                    " --reps " + std::to_string(reps) + " --dtype " + dtype,
                why);
   return text.empty() ? -1 : json_field(text, "median_ms");
@@ -233,7 +250,7 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   std::string why;
   std::string peer;
   if (!o.quick) {
-    peer = run_peer("peer_dpb.py --dim 64 --heads 8 -n " + std::to_string(n) +
+    peer = run_peer("peer_dpb.py", "--dim 64 --heads 8 -n " + std::to_string(n) +
                         " --backward-n " + std::to_string(nb) + " --reps " +
                         std::to_string(std::max(3, o.repetitions / 3)),
                     &why);
@@ -406,7 +423,7 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
                nc_ms = median(t[3]);
   std::string why;
   const std::string peer =
-      o.quick ? "" : run_peer("peer_attention.py --heads 16 -n " + std::to_string(n) +
+      o.quick ? "" : run_peer("peer_attention.py", "--heads 16 -n " + std::to_string(n) +
                                   " -d 64 --causal --reps 3", &why);
   const double peer_ms = peer.empty() ? -1 : json_field(peer, "median_ms");
   const double flops_full = 4.0 * static_cast<double>(h * n * n * d);
@@ -484,10 +501,11 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
 }
 
 // Whole numbers (byte counts, sizes) exactly; other values to 6 significant
-// digits (medians of noisy timings carry no more).
-std::string json_number(double v) {
+// digits (medians of noisy timings carry no more); "n/a" when not finite.
+std::string format_number(double v) {
+  if (!std::isfinite(v)) return "n/a";
   std::ostringstream s;
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
     s << static_cast<std::int64_t>(v);
   } else {
     s << std::setprecision(6) << v;
@@ -495,17 +513,35 @@ std::string json_number(double v) {
   return s.str();
 }
 
-void print_json(const CaseResult& r, std::ostream& out) {
-  out << "{\"case\": \"" << r.name << "\", \"median_ms\": " << json_number(r.median_ms)
-      << ", \"baselines\": {";
-  bool first = true;
-  for (const auto& [k, v] : r.baselines) {
-    out << (first ? "" : ", ") << "\"" << k << "\": " << json_number(v);
-    first = false;
+// The same as a JSON value: an exact integer for whole numbers, a double
+// rounded to 6 significant digits otherwise, null when not finite (JSON has
+// no inf or nan).
+nlohmann::ordered_json json_number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return static_cast<std::int64_t>(v);
   }
-  out << "}";
-  for (const auto& [k, v] : r.extra) out << ", \"" << k << "\": " << json_number(v);
-  out << ", \"threads\": " << omp_get_max_threads() << ", \"note\": \"" << r.note << "\"}\n";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return std::strtod(text, nullptr);
+}
+
+// One line per case; the keys in a fixed order (case, median_ms, baselines,
+// the extra figures, threads, note, and error when there is one), strings
+// escaped by nlohmann::json.
+void print_json(const CaseResult& r, std::ostream& out) {
+  nlohmann::ordered_json line;
+  line["case"] = r.name;
+  line["median_ms"] = json_number(r.median_ms);
+  nlohmann::ordered_json baselines = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.baselines) baselines[k] = json_number(v);
+  line["baselines"] = baselines;
+  for (const auto& [k, v] : r.extra) line[k] = json_number(v);
+  line["threads"] = omp_get_max_threads();
+  line["note"] = r.note;
+  if (!r.error.empty()) line["error"] = r.error;
+  // replace: a note quoting a path that is not UTF-8 must not throw.
+  out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
 }
 
 void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
@@ -520,8 +556,8 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
                            k.find("gbps") == std::string::npos &&
                            k.find("bytes") == std::string::npos;
       out << std::left << std::setw(34) << (first ? r.name : "") << std::right
-          << std::setw(12) << (first ? json_number(r.median_ms) : "") << "   " << std::left
-          << std::setw(20) << k << std::right << std::setw(12) << json_number(v) << "   ";
+          << std::setw(12) << (first ? format_number(r.median_ms) : "") << "   " << std::left
+          << std::setw(20) << k << std::right << std::setw(12) << format_number(v) << "   ";
       if (is_time && r.median_ms > 0 && v > 0) {
         const double ratio = v / r.median_ms;
         out << std::fixed << std::setprecision(2) << (ratio >= 1.0 ? ratio : 1.0 / ratio)
@@ -530,8 +566,9 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
       out << "\n";
       first = false;
     }
-    for (const auto& [k, v] : r.extra) out << "    " << k << " = " << json_number(v) << "\n";
+    for (const auto& [k, v] : r.extra) out << "    " << k << " = " << format_number(v) << "\n";
     out << "    " << r.note << "\n";
+    if (!r.error.empty()) out << "    ERROR: " << r.error << "\n";
   }
   out << "(" << omp_get_max_threads() << " threads; medians; ratio: how much faster or slower "
       << "than the baseline, measured in the same run)\n";

@@ -24,14 +24,16 @@ struct CaseResult {
   std::map<std::string, double> baselines; // baseline name -> median ms
   std::map<std::string, double> extra;     // other figures (GB/s, ratios)
   std::string note;
+  std::string error;  // set when the measurement is known to be broken
 };
 
 // Names of the suites run_suite accepts ("alibi", ...).
 std::vector<std::string> suite_names();
 
 // Runs a suite and writes its report to `out`: one JSON object per line per
-// case with at least "case", "median_ms" and "baselines" when options.json,
-// else a readable table. Throws std::invalid_argument for an unknown suite.
+// case with at least "case", "median_ms" and "baselines" (then the extra
+// figures, "threads", "note", and "error" for a broken measurement; figures
+// that are not finite are null) when options.json, else a readable table. Throws std::invalid_argument for an unknown suite.
 std::vector<CaseResult> run_suite(const std::string& suite,
                                   const BenchOptions& options,
                                   std::ostream& out);
