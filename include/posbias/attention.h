@@ -103,7 +103,9 @@ struct AttentionOptions {
 ///
 /// Threads: OpenMP over (b, h, query block); when there are fewer of those
 /// than threads (decode, i small), the keys are split across threads and
-/// the partial softmax states merged. The block sizes and that split follow
+/// the partial softmax states merged. Grouped-query decode (i <= 4,
+/// hk < h): one task serves up to 32 rows (query heads of one kv head x
+/// query rows), so each key and value row is read once for all of them. The block sizes and that split follow
 /// omp_get_max_threads(), so results may differ in the last bits between
 /// thread counts (always within the tolerance above); for a given thread
 /// count they are deterministic. Safe to call from many threads at once.

@@ -29,8 +29,11 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_backward.cc"
 // foreach_target.h before any other Highway header (math-inl.h includes
-// highway.h): otherwise clang compiles the static target twice.
+// highway.h): otherwise clang compiles the static target twice. The
+// clang-format guard keeps include sorting from moving it.
+// clang-format off
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format on
 #include "kernels/attention_backward.h"
 
 #include <hwy/aligned_allocator.h>

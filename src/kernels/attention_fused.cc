@@ -18,6 +18,11 @@
 //   4. O = alpha O + P V with a second micro-kernel (R rows x V vectors of
 //      d, broadcast-FMA over keys).
 //
+// Decode (at most 4 query rows per head) takes a direct path instead: S by
+// dot products over the key rows in place (nothing transposed), and with
+// grouped-query attention one task holds the rows of several query heads
+// of one kv head, so each key and value row is read once for all of them.
+//
 // Each row multiplies only the keys it can see (per-row key limits in step
 // 4), so a NaN in a masked value never reaches it. Causal key blocks past
 // a query block's last visible key are never visited.
@@ -30,8 +35,11 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
 // foreach_target.h before any other Highway header (math-inl.h includes
-// highway.h): otherwise clang compiles the static target twice.
+// highway.h): otherwise clang compiles the static target twice. The
+// clang-format guard keeps include sorting from moving it.
+// clang-format off
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format on
 #include "kernels/attention_fused.h"
 
 #include <hwy/aligned_allocator.h>
@@ -198,7 +206,8 @@ HWY_INLINE void QKRows(DF df, const float* q, std::int64_t d, const float* kt, s
 }
 
 // O rows [0, R) (row stride ldo), columns [x, x + V N): O = alpha O + sum over
-// keys [0, keys) of P[r][c] V[c].
+// keys [0, keys) of P[r][c] V[c]. V rows (stride ldv) may be unaligned: the
+// decode path reads float32 values in place.
 template <int R, int V>
 HWY_INLINE void PVTile(DF df, const float* HWY_RESTRICT p, std::int64_t ldp,
                        const float* HWY_RESTRICT vp, std::int64_t ldv, std::int64_t keys,
@@ -212,7 +221,7 @@ HWY_INLINE void PVTile(DF df, const float* HWY_RESTRICT p, std::int64_t ldp,
   }
   for (std::int64_t c = 0; c < keys; ++c) {
     VF vv[V];
-    for (int u = 0; u < V; ++u) vv[u] = hn::Load(df, vp + c * ldv + x + u * n);
+    for (int u = 0; u < V; ++u) vv[u] = hn::LoadU(df, vp + c * ldv + x + u * n);
     for (int r = 0; r < R; ++r) {
       const VF pv = hn::Set(df, p[r * ldp + c]);
       for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
@@ -223,15 +232,17 @@ HWY_INLINE void PVTile(DF df, const float* HWY_RESTRICT p, std::int64_t ldp,
   }
 }
 
-template <int R>
-HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp, std::int64_t dp,
-                       std::int64_t keys, const float* alpha, float* o) {
+// PVTile over all dp columns of O (row stride dp), VW vectors at a time; V
+// rows have stride ldv and at least dp readable floats.
+template <int R, int VW = kVecs>
+HWY_INLINE void PVRows(DF df, const float* p, std::int64_t ldp, const float* vp, std::int64_t ldv,
+                       std::int64_t dp, std::int64_t keys, const float* alpha, float* o) {
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
   std::int64_t x = 0;
-  for (; x + kVecs * n <= dp; x += kVecs * n) {
-    PVTile<R, kVecs>(df, p, ldp, vp, dp, keys, alpha, o, dp, x);
+  for (; x + VW * n <= dp; x += VW * n) {
+    PVTile<R, VW>(df, p, ldp, vp, ldv, keys, alpha, o, dp, x);
   }
-  for (; x < dp; x += n) PVTile<R, 1>(df, p, ldp, vp, dp, keys, alpha, o, dp, x);
+  for (; x < dp; x += n) PVTile<R, 1>(df, p, ldp, vp, ldv, keys, alpha, o, dp, x);
 }
 
 // Few query rows (decode): S[r][c] = q_r . k_c as dot products over
@@ -254,18 +265,6 @@ HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
   }
 }
 
-// o[0..d) = o * alpha + p * vrow (o padded to whole vectors).
-HWY_INLINE void AxpyRow(DF df, float p, const float* HWY_RESTRICT vrow, std::int64_t d,
-                        float* HWY_RESTRICT o) {
-  const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
-  const VF pv = hn::Set(df, p);
-  std::int64_t x = 0;
-  for (; x + n <= d; x += n) {
-    hn::Store(hn::MulAdd(pv, hn::LoadU(df, vrow + x), hn::Load(df, o + x)), df, o + x);
-  }
-  for (; x < d; ++x) o[x] += p * vrow[x];
-}
-
 // Rows at or below this count use the direct (dot product) path.
 constexpr std::int64_t kDirectRows = 4;
 
@@ -274,8 +273,15 @@ constexpr std::int64_t kDirectRows = 4;
 // their inline members never collide (an ODR violation ASan caught in Debug).
 struct AttentionBlocking {
   std::int64_t bq, bk, bkp, splits, nqb, nkb;
+  // Query heads per task: 1, or on the decode path (i <= kDirectRows) the
+  // query heads of one kv head (grouped-query), so that each key and value
+  // row is read once for all of them rather than once per query head.
+  std::int64_t hg;
   bool pack_heads;  // share one K^T / V packing per (batch, kv head)
 };
+
+// Most rows (query heads x query rows) of one decode task.
+constexpr std::int64_t kMaxGroupRows = 32;
 
 // Per-thread bytes allowed for a head's packed K^T and V.
 constexpr double kMaxPackBytes = 32.0 * (1 << 20);
@@ -385,10 +391,43 @@ HWY_INLINE float BiasMaskMax(DF df, const FusedAttentionParams& p, std::int64_t 
   return hn::GetLane(hn::MaxOfLanes(df, vmax));
 }
 
-// One (batch, head, query block) over key blocks [kb0, kb1). Leaves m, l, O
-// (unnormalised) in w.
+// O = alpha O + P V for `rows` rows of P (row stride ldp), each over its own
+// visible keys w.lim[r] only: groups of RB rows share the keys they all see,
+// and each row adds its own remaining keys after. Tiles of RB rows x VW
+// vectors of d.
+template <int RB, int VW>
+HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float* s,
+                        std::int64_t ldp, const float* vp, std::int64_t ldv, std::int64_t dp) {
+  float* o = w.o.get();
+  std::int64_t r = 0;
+  for (; r + RB <= rows; r += RB) {
+    std::int64_t common = w.lim[static_cast<std::size_t>(r)];
+    for (int u = 1; u < RB; ++u) {
+      common = std::min(common, w.lim[static_cast<std::size_t>(r + u)]);
+    }
+    PVRows<RB, VW>(df, s + r * ldp, ldp, vp, ldv, dp, common, w.alpha.get() + r, o + r * dp);
+    for (int u = 0; u < RB; ++u) {
+      const std::int64_t rr = r + u;
+      const std::int64_t extra = w.lim[static_cast<std::size_t>(rr)] - common;
+      if (extra > 0) {
+        const float one = 1.0f;
+        PVRows<1, VW>(df, s + rr * ldp + common, ldp, vp + common * ldv, ldv, dp, extra, &one,
+                      o + rr * dp);
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    PVRows<1, VW>(df, s + r * ldp, ldp, vp, ldv, dp, w.lim[static_cast<std::size_t>(r)],
+                  w.alpha.get() + r, o + r * dp);
+  }
+}
+
+// One (batch, query heads [hh, hh + nh), query block) over key blocks
+// [kb0, kb1). Row x of the task is query row r0 + x % br of head
+// hh + x / br; nh > 1 only on the direct (decode) path, where the heads
+// share one kv head. Leaves m, l, O (unnormalised) per row in w.
 void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::int64_t bb,
-             std::int64_t hh, std::int64_t qb, std::int64_t kb0, std::int64_t kb1,
+             std::int64_t hh, std::int64_t nh, std::int64_t qb, std::int64_t kb0, std::int64_t kb1,
              AttentionWork& w) {
   const DF df;
   const std::int64_t n = static_cast<std::int64_t>(hn::Lanes(df));
@@ -396,15 +435,17 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
   const std::int64_t dp = hwy::RoundUpTo(static_cast<std::size_t>(d), static_cast<std::size_t>(n));
   const std::int64_t r0 = qb * bl.bq;
   const std::int64_t br = std::min(bl.bq, p.i - r0);
+  const std::int64_t rows = nh * br;
   const std::int64_t kvh = hh / (p.h / p.hk);
 
-  for (std::int64_t r = 0; r < br; ++r) {
-    PackRow(p.q, p.dtype, bb * p.q_stride[0] + hh * p.q_stride[1] + (r0 + r) * p.q_stride[2],
-            p.q_stride[3], d, p.scale, w.q.get() + r * d);
-    w.m[r] = kNegInf;
-    w.l[r] = 0.0f;
+  for (std::int64_t x = 0; x < rows; ++x) {
+    PackRow(p.q, p.dtype,
+            bb * p.q_stride[0] + (hh + x / br) * p.q_stride[1] + (r0 + x % br) * p.q_stride[2],
+            p.q_stride[3], d, p.scale, w.q.get() + x * d);
+    w.m[x] = kNegInf;
+    w.l[x] = 0.0f;
   }
-  std::fill(w.o.get(), w.o.get() + br * dp, 0.0f);
+  std::fill(w.o.get(), w.o.get() + rows * dp, 0.0f);
   const std::int64_t k_base = bb * p.k_stride[0] + kvh * p.k_stride[1];
   const std::int64_t v_base = bb * p.v_stride[0] + kvh * p.v_stride[1];
   const bool direct = br <= kDirectRows;
@@ -425,17 +466,19 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
   const bool alibi_fold = !direct && p.bias == FusedBias::kAlibi;
   const float neg_slope = p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f;
   const bool k_direct = p.dtype == DType::kFloat32 && p.k_stride[3] == 1;
-  const bool v_direct = p.dtype == DType::kFloat32 && p.v_stride[3] == 1;
+  // In place only when whole vectors of a row stay inside it (PVTile reads dp
+  // floats per value row).
+  const bool v_direct = p.dtype == DType::kFloat32 && p.v_stride[3] == 1 && d == dp;
 
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t c0 = kb * bl.bk;
     const std::int64_t bc = std::min(bl.bk, p.j - c0);
     // Visible keys of each row in this block.
     std::int64_t max_lim = 0;
-    for (std::int64_t r = 0; r < br; ++r) {
+    for (std::int64_t x = 0; x < rows; ++x) {
       std::int64_t lim = bc;
-      if (p.causal) lim = std::clamp<std::int64_t>(p.j - p.i + r0 + r - c0 + 1, 0, bc);
-      w.lim[static_cast<std::size_t>(r)] = lim;
+      if (p.causal) lim = std::clamp<std::int64_t>(p.j - p.i + r0 + x % br - c0 + 1, 0, bc);
+      w.lim[static_cast<std::size_t>(x)] = lim;
       max_lim = std::max(max_lim, lim);
     }
     if (max_lim == 0) continue;
@@ -457,18 +500,22 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
         } else {
           PackRow(p.k, p.dtype, k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
         }
-        switch (br) {
+        // Every row of the task against this key while it is in L1.
+        std::int64_t x = 0;
+        for (; x + 4 <= rows; x += 4) {
+          QKDotRows<4>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
+        }
+        switch (rows - x) {
           case 1:
-            QKDotRows<1>(df, w.q.get(), d, krow, s + c, cols);
+            QKDotRows<1>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
             break;
           case 2:
-            QKDotRows<2>(df, w.q.get(), d, krow, s + c, cols);
+            QKDotRows<2>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
             break;
           case 3:
-            QKDotRows<3>(df, w.q.get(), d, krow, s + c, cols);
+            QKDotRows<3>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
             break;
           default:
-            QKDotRows<4>(df, w.q.get(), d, krow, s + c, cols);
             break;
         }
       }
@@ -508,8 +555,8 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
       };
       if (alibi_fold) {
         for (std::int64_t rr = 0; rr < br; ++rr) {
-          w.alibi_off[rr] = static_cast<float>(
-              std::max<std::int64_t>(p.j - p.i + r0 + rr, 0) - c0);  // exact: |.| < 2^24
+          w.alibi_off[rr] = static_cast<float>(std::max<std::int64_t>(p.j - p.i + r0 + rr, 0) -
+                                               c0);  // exact: |.| < 2^24
         }
       }
       const auto qk_rows = [&](auto rows_tag, std::int64_t rr) {
@@ -528,12 +575,12 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
     }
 
     // Bias, mask, online softmax.
-    for (r = 0; r < br; ++r) {
+    for (r = 0; r < rows; ++r) {
       float* srow = s + r * cols;
       std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
-      const std::int64_t qr = r0 + r;
+      const std::int64_t qr = r0 + r % br;
       const float row_max =
-          BiasMaskMax(df, p, bb, hh, qr, p.j - p.i + qr, c0, cols, lim, alibi_fold, srow);
+          BiasMaskMax(df, p, bb, hh + r / br, qr, p.j - p.i + qr, c0, cols, lim, alibi_fold, srow);
       const float m_old = w.m[r];
       const float m_new = std::max(m_old, row_max);
       if (m_new == kNegInf) {
@@ -562,49 +609,28 @@ void RunTask(const FusedAttentionParams& p, const AttentionBlocking& bl, std::in
       w.alpha[r] = alpha;
     }
 
-    // O = alpha O + P V, each row over its own visible keys only.
-    float* o = w.o.get();
+    // O = alpha O + P V, each row over its own visible keys only. The
+    // direct path reads float32 value rows in place (else converts this
+    // block's rows once, for all rows of the task).
     if (direct) {
-      for (r = 0; r < br; ++r) {
-        const float a = w.alpha[r];
-        if (a != 1.0f) {
-          for (std::int64_t x = 0; x < d; ++x) o[r * dp + x] *= a;
+      // Tiles two rows by twice the width of the blocked path: each value
+      // row is read whole, once per two rows (d <= 128 on AVX-512), which
+      // keeps the decode path's reads of V sequential.
+      if (v_direct) {
+        PVBlock<2, 2 * kVecs>(df, w, rows, s, cols,
+                              static_cast<const float*>(p.v) + v_base + c0 * p.v_stride[2],
+                              p.v_stride[2], dp);
+      } else {
+        for (std::int64_t c = 0; c < max_lim; ++c) {
+          float* vrow = vp + c * dp;
+          PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, vrow);
+          for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
         }
-      }
-      for (std::int64_t c = 0; c < max_lim; ++c) {
-        const float* vrow = tmp;
-        if (v_direct) {
-          vrow = static_cast<const float*>(p.v) + v_base + (c0 + c) * p.v_stride[2];
-        } else {
-          PackRow(p.v, p.dtype, v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, tmp);
-        }
-        for (r = 0; r < br; ++r) {
-          if (c < w.lim[static_cast<std::size_t>(r)])
-            AxpyRow(df, s[r * cols + c], vrow, d, o + r * dp);
-        }
+        PVBlock<2, 2 * kVecs>(df, w, rows, s, cols, vp, dp, dp);
       }
       continue;
     }
-    for (r = 0; r + kRows <= br; r += kRows) {
-      std::int64_t common = w.lim[static_cast<std::size_t>(r)];
-      for (int u = 1; u < kRows; ++u) {
-        common = std::min(common, w.lim[static_cast<std::size_t>(r + u)]);
-      }
-      PVRows<kRows>(df, s + r * cols, cols, vp, dp, common, w.alpha.get() + r, o + r * dp);
-      for (int u = 0; u < kRows; ++u) {
-        const std::int64_t rr = r + u;
-        const std::int64_t extra = w.lim[static_cast<std::size_t>(rr)] - common;
-        if (extra > 0) {
-          const float one = 1.0f;
-          PVRows<1>(df, s + rr * cols + common, cols, vp + common * dp, dp, extra, &one,
-                    o + rr * dp);
-        }
-      }
-    }
-    for (; r < br; ++r) {
-      PVRows<1>(df, s + r * cols, cols, vp, dp, w.lim[static_cast<std::size_t>(r)],
-                w.alpha.get() + r, o + r * dp);
-    }
+    PVBlock<kRows, kVecs>(df, w, rows, s, cols, vp, dp, dp);
   }
 }
 
@@ -633,8 +659,22 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
   bl.bk = std::max<std::int64_t>(1, std::min(block_k, p.j));
   bl.nqb = (p.i + bl.bq - 1) / bl.bq;
   bl.nkb = (p.j + bl.bk - 1) / bl.bk;
-  const std::int64_t bh = p.b * p.h;
-  const std::int64_t base_tasks = bh * bl.nqb;
+  // Grouped-query decode: one task reads a kv head's keys and values once
+  // for as many of its query heads as fit in kMaxGroupRows rows (a divisor
+  // of the group, so a task never straddles two kv heads).
+  const std::int64_t group = p.h / p.hk;
+  bl.hg = 1;
+  if (bl.bq <= kDirectRows) {
+    for (std::int64_t g = group; g > 1; --g) {
+      if (group % g == 0 && g * bl.bq <= kMaxGroupRows) {
+        bl.hg = g;
+        break;
+      }
+    }
+  }
+  const std::int64_t rows_per_task = bl.hg * bl.bq;
+  const std::int64_t head_slots = p.b * (p.h / bl.hg);  // (batch, group of hg query heads)
+  const std::int64_t base_tasks = head_slots * bl.nqb;
   const int threads = omp_get_max_threads();
   if (splits <= 0) {
     splits = 1;
@@ -652,20 +692,28 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
       4.0 * static_cast<double>(bl.nkb) * static_cast<double>(bkp) * static_cast<double>(d + dp) <=
           kMaxPackBytes;
   const std::int64_t tasks = base_tasks * bl.splits;
-  // Split partial states: [tasks][bq] m and l, [tasks][bq][dp] O.
+  // Split partial states: [tasks][rows_per_task] m and l, and O with dp
+  // floats per row.
   std::vector<float> part_m, part_l, part_o;
   if (bl.splits > 1) {
-    part_m.assign(static_cast<std::size_t>(tasks * bl.bq), kNegInf);
-    part_l.assign(static_cast<std::size_t>(tasks * bl.bq), 0.0f);
-    part_o.assign(static_cast<std::size_t>(tasks * bl.bq * dp), 0.0f);
+    part_m.assign(static_cast<std::size_t>(tasks * rows_per_task), kNegInf);
+    part_l.assign(static_cast<std::size_t>(tasks * rows_per_task), 0.0f);
+    part_o.assign(static_cast<std::size_t>(tasks * rows_per_task * dp), 0.0f);
   }
-  const double flops = static_cast<double>(bh) * static_cast<double>(p.i) *
+  const double flops = static_cast<double>(p.b * p.h) * static_cast<double>(p.i) *
                        static_cast<double>(std::max<std::int64_t>(p.j, 1)) * static_cast<double>(d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
+  // Where row x of the task of head slot `slot` and query block starting at
+  // r0 (br rows per head) goes in out / lse: [b, h, i] row-major.
+  const auto out_row = [&](std::int64_t slot, std::int64_t r0, std::int64_t br, std::int64_t x) {
+    const std::int64_t bb = slot / (p.h / bl.hg);
+    const std::int64_t hh = slot % (p.h / bl.hg) * bl.hg + x / br;
+    return (bb * p.h + hh) * p.i + r0 + x % br;
+  };
 
 #pragma omp parallel if (parallel)
   {
-    AttentionWork w(bl.bq, bkp, d, dp);
+    AttentionWork w(rows_per_task, bkp, d, dp);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       // Head-major, so that a thread's consecutive tasks share the head's
@@ -673,12 +721,13 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
       // since causal work grows with the block.
       const std::int64_t split = t % bl.splits;
       const std::int64_t rest = t / bl.splits;
-      const std::int64_t bhi = rest / bl.nqb;
+      const std::int64_t slot = rest / bl.nqb;
       const std::int64_t qb = bl.nqb - 1 - rest % bl.nqb;
-      const std::int64_t bb = bhi / p.h;
-      const std::int64_t hh = bhi % p.h;
+      const std::int64_t bb = slot / (p.h / bl.hg);
+      const std::int64_t hh = slot % (p.h / bl.hg) * bl.hg;
       const std::int64_t r0 = qb * bl.bq;
       const std::int64_t br = std::min(bl.bq, p.i - r0);
+      const std::int64_t rows = bl.hg * br;
       std::int64_t kb_end = bl.nkb;
       if (p.causal) {
         const std::int64_t last = p.j - p.i + r0 + br - 1;  // last visible key of the block
@@ -686,24 +735,22 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
       }
       const std::int64_t kb0 = kb_end * split / bl.splits;
       const std::int64_t kb1 = kb_end * (split + 1) / bl.splits;
-      RunTask(p, bl, bb, hh, qb, kb0, kb1, w);
+      RunTask(p, bl, bb, hh, bl.hg, qb, kb0, kb1, w);
       if (bl.splits > 1) {
-        const std::size_t at = static_cast<std::size_t>(t * bl.bq);
-        std::copy(w.m.get(), w.m.get() + br, part_m.begin() + static_cast<std::ptrdiff_t>(at));
-        std::copy(w.l.get(), w.l.get() + br, part_l.begin() + static_cast<std::ptrdiff_t>(at));
-        std::copy(w.o.get(), w.o.get() + br * dp,
+        const std::size_t at = static_cast<std::size_t>(t * rows_per_task);
+        std::copy(w.m.get(), w.m.get() + rows, part_m.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(w.l.get(), w.l.get() + rows, part_l.begin() + static_cast<std::ptrdiff_t>(at));
+        std::copy(w.o.get(), w.o.get() + rows * dp,
                   part_o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(dp)));
         continue;
       }
-      for (std::int64_t r = 0; r < br; ++r) {
-        const float l = w.l[r];
-        float* orow = w.o.get() + r * dp;
+      for (std::int64_t x = 0; x < rows; ++x) {
+        const float l = w.l[x];
+        float* orow = w.o.get() + x * dp;
         if (l == 0.0f) std::fill(orow, orow + d, 0.0f);  // no visible key
-        StoreRow(orow, d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
-                 ((bb * p.h + hh) * p.i + r0 + r) * d);
-        if (p.lse) {
-          p.lse[(bb * p.h + hh) * p.i + r0 + r] = AttentionRowLse(p, hh, r0 + r, w.m[r], l);
-        }
+        const std::int64_t row = out_row(slot, r0, br, x);
+        StoreRow(orow, d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out, row * d);
+        if (p.lse) p.lse[row] = AttentionRowLse(p, hh + x / br, r0 + x % br, w.m[x], l);
       }
     }
   }
@@ -716,34 +763,35 @@ void Run(const FusedAttentionParams& p, std::int64_t block_q, std::int64_t block
     std::vector<float> acc(static_cast<std::size_t>(dp));
 #pragma omp for schedule(static)
     for (std::int64_t bt = 0; bt < base_tasks; ++bt) {
-      const std::int64_t bhi = bt / bl.nqb;
+      const std::int64_t slot = bt / bl.nqb;
       const std::int64_t qb = bl.nqb - 1 - bt % bl.nqb;
       const std::int64_t r0 = qb * bl.bq;
       const std::int64_t br = std::min(bl.bq, p.i - r0);
-      for (std::int64_t r = 0; r < br; ++r) {
+      for (std::int64_t x = 0; x < bl.hg * br; ++x) {
+        const auto part = [&](std::int64_t sp) {
+          return static_cast<std::size_t>((bt * bl.splits + sp) * rows_per_task + x);
+        };
         float mx = kNegInf;
-        for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
-          mx = std::max(mx, part_m[static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r)]);
-        }
+        for (std::int64_t sp = 0; sp < bl.splits; ++sp) mx = std::max(mx, part_m[part(sp)]);
         std::fill(acc.begin(), acc.end(), 0.0f);
         float l = 0.0f;
         for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
-          const std::size_t at = static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r);
-          if (std::isnan(part_l[at])) l = part_l[at];  // NaN scores seen, maybe no finite one
+          // NaN scores seen, maybe no finite one.
+          if (std::isnan(part_l[part(sp)])) l = part_l[part(sp)];
         }
         if (mx != kNegInf) {
           for (std::int64_t sp = 0; sp < bl.splits; ++sp) {
-            const std::size_t at = static_cast<std::size_t>((bt * bl.splits + sp) * bl.bq + r);
+            const std::size_t at = part(sp);
             if (part_m[at] == kNegInf) continue;  // this part saw nothing
             const float f = std::exp(part_m[at] - mx);
             l += part_l[at] * f;
             const float* po = part_o.data() + at * static_cast<std::size_t>(dp);
-            for (std::int64_t x = 0; x < d; ++x) acc[static_cast<std::size_t>(x)] += f * po[x];
+            for (std::int64_t y = 0; y < d; ++y) acc[static_cast<std::size_t>(y)] += f * po[y];
           }
         }
-        StoreRow(acc.data(), d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
-                 (bhi * p.i + r0 + r) * d);
-        if (p.lse) p.lse[bhi * p.i + r0 + r] = AttentionRowLse(p, bhi % p.h, r0 + r, mx, l);
+        const std::int64_t row = out_row(slot, r0, br, x);
+        StoreRow(acc.data(), d, l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out, row * d);
+        if (p.lse) p.lse[row] = AttentionRowLse(p, row / p.i % p.h, r0 + x % br, mx, l);
       }
     }
   }
