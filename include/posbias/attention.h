@@ -100,6 +100,10 @@ struct AttentionOptions {
 ///
 /// A row whose visible keys all score -inf (e.g. a dense -inf padding mask)
 /// outputs zeros, like a row that sees no key (PyTorch would give NaN).
+/// A -inf bias entry is a score, not a mask: the key is still read, so a NaN
+/// in its k or v row still reaches the row (as in PyTorch; ggml's CPU path
+/// skips such keys). Only causal masking and i > j leave keys unread; a KV
+/// cache with uninitialised slots should pass j up to the filled length.
 ///
 /// Threads: OpenMP over (b, h, query block); when there are fewer of those
 /// than threads (decode, i small), the keys are split across threads and
