@@ -102,7 +102,7 @@ struct AttentionOptions {
 /// outputs zeros, like a row that sees no key (PyTorch would give NaN).
 /// A -inf bias entry is a score, not a mask: the key is still read, so a NaN
 /// in its k or v row still reaches the row (as in PyTorch; ggml's CPU path
-/// skips such keys). Only causal masking and i > j leave keys unread; a KV
+/// skips such keys). Only causal masking leaves keys unread; a KV
 /// cache with uninitialised slots should pass j up to the filled length.
 ///
 /// Threads: OpenMP over (b, h, query block); when there are fewer of those
