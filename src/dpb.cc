@@ -111,11 +111,29 @@ void check_lengths(const char* who, std::int64_t i, std::int64_t j) {
   }
 }
 
-void check_table_length(const char* who, std::int64_t j) {
+// Checks j (>= 1) and that a float32 [heads, 2j - 1] table (signed = true)
+// or [heads, j] table fits in memory, before 2j - 1 is formed (it overflows
+// int64 for j > 2^62); returns the table's length per head.
+std::int64_t checked_table_length(const char* who, std::int64_t heads, std::int64_t j,
+                                  bool signed_distances) {
   if (j < 1) {
     throw std::invalid_argument(std::string("DynamicPositionBias::") + who +
                                 ": j must be >= 1, got " + std::to_string(j));
   }
+  std::int64_t len = j;
+  if (signed_distances && __builtin_mul_overflow(j, std::int64_t{2}, &len)) {
+    throw std::length_error(std::string("DynamicPositionBias::") + who +
+                            ": j = " + std::to_string(j) +
+                            " is too large: the table's 2j - 1 entries per head overflow int64");
+  }
+  if (signed_distances) len -= 1;
+  try {
+    detail::checked_numel({heads, len}, DType::kFloat32);
+  } catch (const std::length_error& e) {
+    throw std::length_error(std::string("DynamicPositionBias::") + who +
+                            ": j = " + std::to_string(j) + ": " + e.what());
+  }
+  return len;
 }
 
 void check_grad_shape(const char* who, const Tensor& grad,
@@ -352,16 +370,15 @@ Tensor DynamicPositionBias::forward(std::int64_t i, std::int64_t j, DType dtype)
 }
 
 Tensor DynamicPositionBias::table(std::int64_t j) const {
-  check_table_length("table", j);
   if (options_.variant != DpbVariant::kZeta) return distance_table(j);
+  checked_table_length("table", options_.heads, j, false);
   Tensor out = Tensor::empty({options_.heads, j}, DType::kFloat32);
   run_mlp(options_, mlp_view(options_, params_), 0, 1, j, out.mutable_data<float>(), j);
   return out;
 }
 
 Tensor DynamicPositionBias::distance_table(std::int64_t j) const {
-  check_table_length("distance_table", j);
-  const std::int64_t len = 2 * j - 1;
+  const std::int64_t len = checked_table_length("distance_table", options_.heads, j, true);
   Tensor out = Tensor::empty({options_.heads, len}, DType::kFloat32);
   const detail::DpbMlp m = mlp_view(options_, params_);
   if (options_.variant == DpbVariant::kZeta) {
@@ -405,9 +422,11 @@ TensorMap DynamicPositionBias::backward(std::int64_t i, std::int64_t j,
 }
 
 TensorMap DynamicPositionBias::backward_table(std::int64_t j, const Tensor& grad_table) const {
-  check_table_length("backward_table", j);
-  if (options_.variant != DpbVariant::kZeta) {
-    check_grad_shape("backward_table", grad_table, {options_.heads, 2 * j - 1});
+  const bool signed_distances = options_.variant != DpbVariant::kZeta;
+  const std::int64_t len =
+      checked_table_length("backward_table", options_.heads, j, signed_distances);
+  if (signed_distances) {
+    check_grad_shape("backward_table", grad_table, {options_.heads, len});
     return backward_distance_table(j, grad_table);
   }
   check_grad_shape("backward_table", grad_table, {options_.heads, j});
@@ -416,8 +435,7 @@ TensorMap DynamicPositionBias::backward_table(std::int64_t j, const Tensor& grad
 }
 
 TensorMap DynamicPositionBias::backward_distance_table(std::int64_t j, const Tensor& grad) const {
-  check_table_length("backward_distance_table", j);
-  const std::int64_t len = 2 * j - 1;
+  const std::int64_t len = checked_table_length("backward_distance_table", options_.heads, j, true);
   check_grad_shape("backward_distance_table", grad, {options_.heads, len});
   const Tensor g = contiguous_float(grad);
   const detail::DpbMlp m = mlp_view(options_, params_);

@@ -114,11 +114,14 @@ class DynamicPositionBias {
 
   /// The compact table the MLP produces, float32: zeta [heads, j] indexed by
   /// distance |q - c|; x-transformers [heads, 2j-1] indexed by (q - c) + j - 1
-  /// (the same as distance_table(j)). j >= 1 (std::invalid_argument).
+  /// (the same as distance_table(j)). j >= 1 (std::invalid_argument);
+  /// std::length_error, naming j and the table's shape, when the table does
+  /// not fit in memory (checked before 2j - 1 is formed).
   Tensor table(std::int64_t j) const;
 
   /// The table in the attention's form for every variant: [heads, 2j-1],
-  /// float32, entry (q_r - c) + (j - 1) (zeta's table mirrored). j >= 1.
+  /// float32, entry (q_r - c) + (j - 1) (zeta's table mirrored). j >= 1;
+  /// errors as table().
   Tensor distance_table(std::int64_t j) const;
 
   /// Parameter gradients of sum(forward(i, j) * grad_bias), keyed by
@@ -131,7 +134,8 @@ class DynamicPositionBias {
   TensorMap backward(std::int64_t i, std::int64_t j, const Tensor& grad_bias) const;
 
   /// Parameter gradients of sum(table(j) * grad_table); grad_table has
-  /// table(j)'s shape.
+  /// table(j)'s shape. j is checked as in table() (backward_distance_table
+  /// too) before the gradient's shape.
   TensorMap backward_table(std::int64_t j, const Tensor& grad_table) const;
 
   /// Parameter gradients of sum(distance_table(j) * grad), grad [heads, 2j-1]

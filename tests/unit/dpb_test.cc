@@ -3,7 +3,6 @@
 // many shapes and every dtype, the kernels on every compiled instruction set,
 // the backward pass against finite differences and a naive reduction, the
 // state dict and files, and bad input.
-#include "test_util.h"
 #include "posbias/dpb.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +24,7 @@
 
 #include "kernels/dpb_mlp.h"
 #include "kernels/toeplitz_reduce.h"
+#include "test_util.h"
 
 namespace posbias {
 namespace {
@@ -1230,6 +1230,33 @@ TEST(DynamicPositionBias, RejectsBadLengthsWithValues) {
   }
   // Too large to ever allocate: a clean error before allocating.
   EXPECT_THROW(m.forward(std::int64_t{1} << 40, std::int64_t{1} << 40), std::length_error);
+}
+
+// The table's length 2j - 1 overflows int64 for j > 2^62: the size is checked
+// before it is formed (was signed overflow, then "tensor extents must be >= 0,
+// got shape [2, -9223372036854775807]" from j = 2^62 + 1), for every table
+// entry point and both variants; a j whose table merely exceeds the memory
+// gets the same kind of error, naming j and the shape.
+TEST(DynamicPositionBias, HugeTableLengthsAreLengthErrorsNamingJ) {
+  DynamicPositionBias m(4, 2);
+  DynamicPositionBias x(xt_options(4, 2, 2, false, false));
+  const std::int64_t overflowing = (std::int64_t{1} << 62) + 1;  // 4611686018427387905
+  const std::int64_t too_big = std::int64_t{1} << 60;            // 2j - 1 fits, memory does not
+  const Tensor grad = Tensor::full({2, 3}, 0.0f);
+  for (const DynamicPositionBias* p : {&m, &x}) {
+    for (const std::int64_t j : {overflowing, too_big}) {
+      const std::string js = "j = " + std::to_string(j);
+      expect_throw_with<std::length_error>([&] { p->distance_table(j); }, js);
+      expect_throw_with<std::length_error>([&] { p->table(j); }, js);
+      expect_throw_with<std::length_error>([&] { p->backward_table(j, grad); }, js);
+      expect_throw_with<std::length_error>([&] { p->backward_distance_table(j, grad); }, js);
+    }
+    expect_throw_with<std::length_error>([&] { p->distance_table(overflowing); }, "overflow int64");
+    expect_throw_with<std::length_error>([&] { p->distance_table(too_big); },
+                                         "[2, " + std::to_string(2 * too_big - 1) + "]");
+  }
+  expect_throw_with<std::length_error>([&] { m.table(too_big); },
+                                       "[2, " + std::to_string(too_big) + "]");
 }
 
 }  // namespace
