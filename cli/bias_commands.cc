@@ -1,6 +1,8 @@
 // `posbias dpb`, `posbias t5` and `posbias t5-bucket`: the trainable biases
 // (DynamicPositionBias, T5's RelativePositionBias) from the command line,
 // printed like `posbias alibi` prints ALiBi.
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -153,6 +155,31 @@ class IntGridFormatter {
   bool summarize_ = false;
   std::size_t width_ = 1;
 };
+
+// The bound on a streamed [rows, cols] grid of buckets (--buckets --format
+// json writes every one): the one the tensor outputs have, that the grid as
+// the int64 tensor torch holds (relative_position_bucket) fits in this
+// machine's memory; std::length_error (exit 2) naming the shape and bytes
+// otherwise, before anything is written. Without it a 1e6 x 1e6 grid (some
+// 4e12 bytes of JSON) would print for days.
+void check_streamed_grid_size(std::int64_t rows, std::int64_t cols) {
+  const std::string what = "--buckets --format json: the bucket grid [" + std::to_string(rows) +
+                           ", " + std::to_string(cols) + "] (int64)";
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(rows, cols, &bytes) ||
+      __builtin_mul_overflow(bytes, std::int64_t{8}, &bytes)) {
+    throw std::length_error(what + " is too large: its size in bytes overflows int64");
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return;
+  const auto memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+  if (static_cast<std::uint64_t>(bytes) > memory) {
+    throw std::length_error(what + " needs " + std::to_string(bytes) +
+                            " bytes, more than this machine's " + std::to_string(memory) +
+                            " bytes of memory (without --format json the grid is summarised)");
+  }
+}
 
 // {"shape": [rows, cols], "data": [...]}, every value, streamed.
 void write_int_grid_json(std::ostream& out, std::int64_t rows, std::int64_t cols,
@@ -410,7 +437,9 @@ Command add_t5_command(CLI::App& app) {
   add_format_option(*sub, args->format);
   CLI::Option* buckets =
       sub->add_flag("--buckets", args->buckets,
-                    "Print the bucket of each query/key pair, an [i, j] grid of integers, instead");
+                    "Print the bucket of each query/key pair, an [i, j] grid of integers, instead "
+                    "(with --format json every entry, refused when the grid as int64 exceeds "
+                    "this machine's memory)");
   CLI::Option* table =
       sub->add_flag("--table", args->table,
                     "Print the distance table [heads, 2j - 1] (entry (q - c) + j - 1) instead");
@@ -441,6 +470,7 @@ Command add_t5_command(CLI::App& app) {
                                                args->max_distance);
           };
           if (args->format == "json") {
+            check_streamed_grid_size(i, j);
             write_int_grid_json(out, i, j, bucket);
           } else {
             out << IntGridFormatter(i, j, bucket).format() << "\n";

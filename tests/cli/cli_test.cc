@@ -553,6 +553,11 @@ TEST(Cli, T5BucketGrid) {
             "tensor([], size=(0, 3), dtype=torch.int64)\n");
   EXPECT_EQ(run_ok({"t5", "-i", "0", "-j", "3", "--buckets", "--format", "json"}).out,
             "{\"shape\": [0, 3], \"data\": []}\n");
+  // The text is summarised whatever the size (JSON past memory is refused:
+  // BadArgument T5BucketsJsonPastMemory).
+  const ProcessResult huge =
+      run_ok({"t5", "-i", "100000000", "-j", "100000000", "--buckets", "--causal"});
+  EXPECT_EQ(lines_of(huge.out).size(), 7u) << huge.out;
 }
 
 TEST(Cli, T5BucketCommandMatchesTheGoldenCases) {
@@ -1274,6 +1279,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"T5TableZeroJ",
                 {"t5", "--heads", "2", "-i", "0", "-j", "0", "--table"},
                 "j must be >= 1, got 0"},
+        BadArgs{"T5BucketsJsonPastMemory",
+                {"t5", "-i", "100000000", "-j", "100000000", "--buckets", "--format", "json"},
+                "--buckets --format json: the bucket grid [100000000, 100000000] (int64) needs "
+                "80000000000000000 bytes, more than this machine's"},
+        BadArgs{"T5BucketsJsonOverflow",
+                {"t5", "-i", "4000000000", "-j", "4000000000", "--buckets", "--format", "json"},
+                "the bucket grid [4000000000, 4000000000] (int64) is too large: its size in bytes "
+                "overflows int64"},
         BadArgs{"T5BucketsAndTable",
                 {"t5", "--heads", "2", "-i", "1", "-j", "1", "--table", "--buckets"},
                 "excludes"},
