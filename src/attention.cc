@@ -110,12 +110,16 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
     case AttentionBiasKind::kDistanceTable: {
       const Tensor& t = bias.table;
       const std::string tshape = "table " + shape_string(t.shape());
+      // n >= 2j - 1, written so that 2j cannot overflow (an empty k may have
+      // any j).
       if (t.dtype() != DType::kFloat32 || t.dim() != 2 || t.size(0) != p.h ||
-          t.size(1) < 2 * p.j - 1) {
+          p.j > t.size(1) / 2 + t.size(1) % 2) {
+        const std::string need = p.j > std::numeric_limits<std::int64_t>::max() / 2
+                                     ? "2 * " + std::to_string(p.j) + " - 1"
+                                     : std::to_string(std::max<std::int64_t>(0, 2 * p.j - 1));
         fail(who,
              "the distance table must be float32 [h, >= 2j - 1] = [" + std::to_string(p.h) +
-                 ", >= " + std::to_string(std::max<std::int64_t>(0, 2 * p.j - 1)) + "], got " +
-                 dtype_name(t.dtype()) + " " + tshape,
+                 ", >= " + need + "], got " + dtype_name(t.dtype()) + " " + tshape,
              q, k, v);
       }
       if (!options.causal && p.i > p.j && p.j > 0) {

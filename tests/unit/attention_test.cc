@@ -727,6 +727,12 @@ TEST(Attention, BadInputThrowsWithTheShapes) {
                        "table [4, 8]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({3, 9}, 4))),
                        ">= 9");
+  // An empty k may have any j: 2j - 1 must not overflow (UBSan) in the check.
+  const std::int64_t huge_j = (std::int64_t{1} << 62) + 1;
+  const Tensor k_huge = Tensor::empty({0, 2, huge_j, 8}, DType::kFloat32);
+  expect_throw_with<E>(fwd(Tensor::empty({0, 4, 3, 8}, DType::kFloat32), k_huge, k_huge,
+                           AttentionBias::distance_table(random_tensor({4, 9}, 4))),
+                       ">= 2 * 4611686018427387905 - 1], got float32 table [4, 9]");
   expect_throw_with<E>(
       fwd(random_tensor({1, 2, 6, 8}, 1), random_tensor({1, 2, 5, 8}, 2),
           random_tensor({1, 2, 5, 8}, 2), AttentionBias::distance_table(random_tensor({2, 9}, 4))),
