@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -381,7 +383,7 @@ std::vector<Entry> parse_header(std::string_view header, std::uint64_t buffer_si
 // Builds the tensor of `e`; read(dst, offset, bytes) copies `bytes` bytes of
 // the data buffer starting at `offset` into dst.
 template <typename Read>
-Tensor load_entry(const Entry& e, Read&& read) {
+Tensor load_entry(const Entry& e, const std::string& what, Read&& read) {
   Tensor t = Tensor::empty(e.shape, e.type->dtype);
   const auto count = static_cast<std::size_t>(t.numel());
   if (count == 0) return t;
@@ -395,7 +397,27 @@ Tensor load_entry(const Entry& e, Read&& read) {
   read(wide.data(), e.begin, e.end - e.begin);
   if (!kHostLittleEndian) swap_elements(wide.data(), count, sizeof(double));
   float* out = t.mutable_data<float>();
-  for (std::size_t k = 0; k < count; ++k) out[k] = static_cast<float>(wide[k]);
+  for (std::size_t k = 0; k < count; ++k) {
+    out[k] = static_cast<float>(wide[k]);
+    // A finite value beyond float32's range would become inf here and be
+    // reported later as a non-finite parameter, though the file's value was
+    // finite: say what happened, where. (inf and NaN stay as they are.)
+    if (std::isinf(out[k]) && std::isfinite(wide[k])) {
+      std::vector<std::int64_t> index(e.shape.size());
+      std::uint64_t rest = k;
+      for (std::size_t d = e.shape.size(); d-- > 0;) {
+        const auto extent = static_cast<std::uint64_t>(e.shape[d]);
+        index[d] = static_cast<std::int64_t>(rest % extent);
+        rest /= extent;
+      }
+      char value[32];
+      const auto written = std::to_chars(value, value + sizeof(value), wide[k]);
+      fail_tensor(what, e.name,
+                  "F64 element " + detail::shape_string(index) + " = " +
+                      std::string(value, written.ptr) +
+                      " overflows float32 (F64 tensors are rounded to float32 at load)");
+    }
+  }
   return t;
 }
 
@@ -571,7 +593,8 @@ TensorMap parse_safetensors(const std::string& bytes, const std::string& what) {
   const char* data = bytes.data() + 8 + n;
   TensorMap out;
   for (const Entry& e : entries) {
-    out.emplace(e.name, load_entry(e, [&](void* dst, std::uint64_t offset, std::uint64_t len) {
+    out.emplace(e.name,
+                load_entry(e, what, [&](void* dst, std::uint64_t offset, std::uint64_t len) {
                   std::memcpy(dst, data + offset, static_cast<std::size_t>(len));
                 }));
   }
@@ -627,7 +650,8 @@ TensorMap load_safetensors(const std::string& path) {
   const std::vector<Entry> entries = parse_header(header, total - 8 - n, what);
   TensorMap out;
   for (const Entry& e : entries) {
-    out.emplace(e.name, load_entry(e, [&](void* dst, std::uint64_t offset, std::uint64_t len) {
+    out.emplace(e.name,
+                load_entry(e, what, [&](void* dst, std::uint64_t offset, std::uint64_t len) {
                   read_exact(f.fd, dst, 8 + n + offset, len, path);
                 }));
   }

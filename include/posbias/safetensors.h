@@ -38,7 +38,10 @@ namespace posbias {
 using TensorMap = std::map<std::string, Tensor>;
 
 /// Reads every tensor of a safetensors file. F32, BF16 and F16 tensors load
-/// with their dtype; F64 tensors are converted to float32 (rounded once). Other
+/// with their dtype; F64 tensors are converted to float32 (rounded once; a
+/// finite F64 value beyond float32's range throws std::invalid_argument naming
+/// the tensor, the element and the value, e.g. "1e+300 overflows float32",
+/// instead of becoming inf; inf and NaN load as they are). Other
 /// dtypes (I64, U8, ...) are rejected with their name. Every tensor is a new
 /// contiguous allocation; the header is validated before any data is read, and
 /// the data is read straight into the tensors (no copy of the whole file).

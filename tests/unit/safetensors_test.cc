@@ -9,16 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "test_util.h"
 
 namespace posbias {
 namespace {
@@ -180,19 +184,64 @@ TEST(Safetensors, HeaderLayoutIsByteExact) {
   EXPECT_EQ(bare.substr(8, 6), "{\"a\":{");
 }
 
+// Little-endian F64 bytes of `values` (the host is little-endian in CI; the
+// loader swaps on big-endian hosts, so build the bytes explicitly).
+std::string f64_bytes(const std::vector<double>& values) {
+  std::string data;
+  for (const double v : values) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, 8);
+    for (int b = 0; b < 8; ++b) data += static_cast<char>((bits >> (8 * b)) & 0xff);
+  }
+  return data;
+}
+
 TEST(Safetensors, Float64IsConvertedToFloat32RoundedOnce) {
-  const std::vector<double> values = {0.1, -1e300, 1.0 + 1e-12, 3.0};
-  std::string data(values.size() * 8, '\0');
-  std::memcpy(data.data(), values.data(), data.size());
+  // FLT_MAX + 2^102 (below half an ulp past FLT_MAX) still rounds to FLT_MAX;
+  // inf and NaN in the file stay inf and NaN.
+  const double flt_max = std::numeric_limits<float>::max();
+  const std::vector<double> values = {
+      0.1, -1e-300, 1.0 + 1e-12, 3.0, flt_max, -(flt_max + 0x1p102), HUGE_VAL, std::nan("")};
   const TensorMap m = parse_safetensors(
-      file_from(R"({"x":{"dtype":"F64","shape":[2,2],"data_offsets":[0,32]}})", data));
+      file_from(R"({"x":{"dtype":"F64","shape":[2,4],"data_offsets":[0,64]}})", f64_bytes(values)));
   const Tensor& x = m.at("x");
   EXPECT_EQ(x.dtype(), DType::kFloat32);
-  EXPECT_EQ(x.shape(), (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(x.shape(), (std::vector<std::int64_t>{2, 4}));
   const std::vector<float> got = x.to_float_vector();
   for (std::size_t k = 0; k < values.size(); ++k) {
     EXPECT_EQ(float_bits(got[k]), float_bits(static_cast<float>(values[k]))) << k;
   }
+  EXPECT_EQ(got[5], -std::numeric_limits<float>::max());
+}
+
+// A finite F64 value beyond float32's range is reported at conversion, with
+// the tensor, the element and the value (it used to become inf and was then
+// reported by DynamicPositionBias as "mlp.4.bias: element [1] is not finite
+// (inf)", though the file's value was finite). FLT_MAX + 2^103 is the tie
+// that rounds to 2^128.
+TEST(Safetensors, Float64BeyondFloat32RangeIsReportedAtConversion) {
+  const std::string header = R"({"mlp.4.bias":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})";
+  test::expect_throw_with<std::invalid_argument>(
+      [&] {
+        parse_safetensors(file_from(header, f64_bytes({0.5, 1e300})));
+      },
+      "tensor \"mlp.4.bias\": F64 element [1] = 1e+300 overflows float32");
+  const double tie = static_cast<double>(std::numeric_limits<float>::max()) + 0x1p103;
+  const std::string grid = R"({"w":{"dtype":"F64","shape":[2,3],"data_offsets":[0,48]}})";
+  test::expect_throw_with<std::invalid_argument>(
+      [&] {
+        parse_safetensors(file_from(grid, f64_bytes({0, 0, 0, 0, 0, -tie})));
+      },
+      "tensor \"w\": F64 element [1, 2] = -3.4028235677973366e+38 overflows float32");
+  // From a file too, named by its path.
+  TempDir dir;
+  const std::string path = dir.path() + "/big.safetensors";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << file_from(header, f64_bytes({-1e39, 2.0}));
+  }
+  test::expect_throw_with<std::invalid_argument>([&] { load_safetensors(path); },
+                                                 "F64 element [0] = -1e+39 overflows float32");
 }
 
 // The file PyTorch's safetensors wrote (tensors in state-dict order, not name
