@@ -389,7 +389,7 @@ Command add_dpb_command(CLI::App& app) {
 Command add_t5_command(CLI::App& app) {
   struct Args {
     std::optional<std::int64_t> heads;
-    std::int64_t i = 0;
+    std::optional<std::int64_t> i;
     std::int64_t j = 0;
     float scale = 1.0f;
     bool causal = false;
@@ -412,13 +412,13 @@ Command add_t5_command(CLI::App& app) {
       "--max-distance, one bucket beyond; two-sided (future keys get their own\n"
       "buckets) unless --causal. The embedding E [num_buckets, heads] is N(0, 1)\n"
       "from --seed. --buckets prints the [i, j] bucket grid instead (no heads\n"
-      "needed), --table the [heads, 2j - 1] distance table.\n"
+      "needed), --table the [heads, 2j - 1] distance table (of -j alone: no -i).\n"
       "Examples:\n"
       "  posbias t5 --heads 8 -i 4 -j 6 --seed 1\n"
       "  posbias t5 -i 1 -j 200 --causal --buckets");
   sub->add_option("--heads", args->heads, "Number of heads (>= 1); not needed with --buckets")
       ->check(int64_in_range());
-  sub->add_option("-i", args->i, "Query length (>= 0)")->required()->check(int64_in_range());
+  sub->add_option("-i", args->i, "Query length (>= 0; not with --table)")->check(int64_in_range());
   sub->add_option("-j", args->j, "Key length (>= 0; >= 1 with --table)")
       ->required()
       ->check(int64_in_range());
@@ -455,8 +455,13 @@ Command add_t5_command(CLI::App& app) {
       sub, [args](std::ostream& out) {
         if (!args->plot.empty()) check_plot_path(args->plot);
         const DType dtype = parse_dtype(args->dtype);
+        // As dpb: the table depends on j alone, everything else needs -i.
+        if (args->table && args->i) {
+          throw std::invalid_argument("-i is not used with --table (the table depends on j)");
+        }
+        if (!args->table) require_length(args->i, "-i", " (or --table with -j)");
         if (args->buckets) {
-          const std::int64_t i = args->i;
+          const std::int64_t i = *args->i;
           const std::int64_t j = args->j;
           if (i < 0 || j < 0) {
             throw std::invalid_argument("i and j must be >= 0, got i = " + std::to_string(i) +
@@ -481,13 +486,13 @@ Command add_t5_command(CLI::App& app) {
         const RelativePositionBias module(args->scale, args->causal, args->num_buckets,
                                           args->max_distance, *args->heads, parse_seed(args->seed));
         if (!args->plot.empty()) {
-          plot::check_plot_size("--plot", *args->heads, args->i, args->j);
-          const ToeplitzBias bias = t5_toeplitz(module, args->i, args->j, dtype);
+          plot::check_plot_size("--plot", *args->heads, *args->i, args->j);
+          const ToeplitzBias bias = t5_toeplitz(module, *args->i, args->j, dtype);
           std::string title = "RelativePositionBias(heads=" + std::to_string(*args->heads) +
                               (args->causal ? ", causal" : ", two-sided") +
                               ", buckets=" + std::to_string(args->num_buckets) +
                               ", max_distance=" + std::to_string(args->max_distance) +
-                              ").forward(" + std::to_string(args->i) + ", " +
+                              ").forward(" + std::to_string(*args->i) + ", " +
                               std::to_string(args->j) + ")";
           if (dtype != DType::kFloat32) title += " " + dtype_name(dtype);
           const std::string what = plot::write_heatmap(
@@ -500,7 +505,7 @@ Command add_t5_command(CLI::App& app) {
           if (dtype != DType::kFloat32) t = t.to(dtype);
           print_tensor(out, t, args->format);
         } else {
-          print_tensor(out, module.forward(args->i, args->j, dtype), args->format);
+          print_tensor(out, module.forward(*args->i, args->j, dtype), args->format);
         }
         return 0;
       }};

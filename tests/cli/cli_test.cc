@@ -509,9 +509,11 @@ TEST(Cli, T5JsonIsTheLibrarysForward) {
                 "\n");
 }
 
+// The table depends on j alone: no -i (as dpb --table; -i with it is
+// refused: BadArgument T5TableWithI).
 TEST(Cli, T5Table) {
-  const ProcessResult run = run_ok(
-      {"t5", "--heads", "2", "-i", "1", "-j", "5", "--table", "--seed", "3", "--format", "json"});
+  const ProcessResult run =
+      run_ok({"t5", "--heads", "2", "-j", "5", "--table", "--seed", "3", "--format", "json"});
   EXPECT_EQ(run.out, json_line(RelativePositionBias(1.0f, false, 32, 128, 2, 3).distance_table(5)));
   json_tensor(run.out, {2, 9});
 }
@@ -1276,9 +1278,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "max_distance"},
         BadArgs{
             "T5NanScale", {"t5", "--heads", "2", "-i", "1", "-j", "1", "--scale", "nan"}, "scale"},
-        BadArgs{"T5TableZeroJ",
-                {"t5", "--heads", "2", "-i", "0", "-j", "0", "--table"},
-                "j must be >= 1, got 0"},
+        BadArgs{
+            "T5TableZeroJ", {"t5", "--heads", "2", "-j", "0", "--table"}, "j must be >= 1, got 0"},
         BadArgs{"T5BucketsJsonPastMemory",
                 {"t5", "-i", "100000000", "-j", "100000000", "--buckets", "--format", "json"},
                 "--buckets --format json: the bucket grid [100000000, 100000000] (int64) needs "
@@ -1287,6 +1288,12 @@ INSTANTIATE_TEST_SUITE_P(
                 {"t5", "-i", "4000000000", "-j", "4000000000", "--buckets", "--format", "json"},
                 "the bucket grid [4000000000, 4000000000] (int64) is too large: its size in bytes "
                 "overflows int64"},
+        BadArgs{"T5TableWithI",
+                {"t5", "--heads", "2", "--table", "-i", "1", "-j", "3"},
+                "-i is not used with --table (the table depends on j)"},
+        BadArgs{
+            "T5WithoutI", {"t5", "--heads", "2", "-j", "3"}, "-i is required (or --table with -j)"},
+        BadArgs{"T5BucketsWithoutI", {"t5", "-j", "3", "--buckets"}, "-i is required"},
         BadArgs{"T5BucketsAndTable",
                 {"t5", "--heads", "2", "-i", "1", "-j", "1", "--table", "--buckets"},
                 "excludes"},
