@@ -1,12 +1,14 @@
 // ALiBi matrices against a naive reference, over many shapes, head counts,
 // dtypes, every compiled instruction set, and both store paths.
-#include "test_util.h"
 #include "posbias/alibi.h"
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -15,6 +17,7 @@
 
 #include "kernels/alibi_fill.h"
 #include "posbias/slopes.h"
+#include "test_util.h"
 
 namespace posbias {
 namespace {
@@ -26,8 +29,8 @@ using test::round_to;
 
 // The naive reference, straight from SPEC.md: q_r = j - i + r,
 // bias = -m * |c - q_r| (+0.0 at distance 0), zero heads after `slopes`.
-std::vector<float> naive_alibi(const std::vector<float>& slopes, std::int64_t total,
-                               std::int64_t i, std::int64_t j) {
+std::vector<float> naive_alibi(const std::vector<float>& slopes, std::int64_t total, std::int64_t i,
+                               std::int64_t j) {
   std::vector<float> out;
   out.reserve(static_cast<std::size_t>(total * i * j));
   for (std::int64_t h = 0; h < total; ++h) {
@@ -62,7 +65,7 @@ std::vector<Shape> shapes() {
       }
     }
   }
-  s.push_back({2, 2, 50, 10});   // i > j: query positions below zero
+  s.push_back({2, 2, 50, 10});     // i > j: query positions below zero
   s.push_back({16, 16, 1, 4099});  // decode row
   return s;
 }
@@ -78,8 +81,8 @@ TEST(AlibiBias, MatchesNaiveReferenceForAllShapesAndDtypes) {
       for (float& v : want) v = round_to(dtype, v);
       expect_bits_equal(t.to_float_vector(), want,
                         dtype_name(dtype) + " h" + std::to_string(s.heads) + "/" +
-                            std::to_string(s.total) + " i" + std::to_string(s.i) +
-                            " j" + std::to_string(s.j));
+                            std::to_string(s.total) + " i" + std::to_string(s.i) + " j" +
+                            std::to_string(s.j));
     }
   }
 }
@@ -121,13 +124,12 @@ TEST(AlibiKernel, EveryTargetAndStorePathMatchesReference) {
             std::vector<float> want = naive_alibi(slopes, 5, i, j);
             for (float& v : want) v = round_to(dtype, v);
             expect_bits_equal(view.to_float_vector(), want,
-                              std::string(hwy::TargetName(target)) + " " +
-                                  dtype_name(dtype) + (stream ? " stream" : " store") +
-                                  " j" + std::to_string(j) + " misalign" +
-                                  std::to_string(misalign));
+                              std::string(hwy::TargetName(target)) + " " + dtype_name(dtype) +
+                                  (stream ? " stream" : " store") + " j" + std::to_string(j) +
+                                  " misalign" + std::to_string(misalign));
             // Nothing written past the end.
-            const auto* after = static_cast<const unsigned char*>(out) +
-                                static_cast<std::size_t>(5 * i * j) * es;
+            const auto* after =
+                static_cast<const unsigned char*>(out) + static_cast<std::size_t>(5 * i * j) * es;
             for (std::size_t k = 0; k < 16; ++k) ASSERT_EQ(after[k], 0xAB);
           }
         }
@@ -149,8 +151,12 @@ TEST(AlibiKernel, TablePathOnEveryTargetMatchesReference) {
     hwy::SetSupportedTargetsForTest(target);
     for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       for (bool stream : {false, true}) {
-        for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{16, 1}, {16, 16}, {17, 3},
-                            {20, 129}, {33, 517}, {64, 40}}) {
+        for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{16, 1},
+                            {16, 16},
+                            {17, 3},
+                            {20, 129},
+                            {33, 517},
+                            {64, 40}}) {
           Tensor t = Tensor::empty({3, i, j}, dtype);
           detail::AlibiFillParams p;
           p.scale = scale.data();
@@ -164,9 +170,9 @@ TEST(AlibiKernel, TablePathOnEveryTargetMatchesReference) {
           std::vector<float> want = naive_alibi(slopes, 3, i, j);
           for (float& v : want) v = round_to(dtype, v);
           expect_bits_equal(t.to_float_vector(), want,
-                            std::string(hwy::TargetName(target)) + " table " +
-                                dtype_name(dtype) + " i" + std::to_string(i) + " j" +
-                                std::to_string(j) + (stream ? " stream" : ""));
+                            std::string(hwy::TargetName(target)) + " table " + dtype_name(dtype) +
+                                " i" + std::to_string(i) + " j" + std::to_string(j) +
+                                (stream ? " stream" : ""));
           // Causal clamp, top-left, raw slopes (the AlibiBias form).
           p.q0 = 0;
           p.kind = detail::DistanceKind::kCausalClamp;
@@ -243,8 +249,7 @@ TEST(AlibiBias, IntoCallerMemoryEqualsTensorResult) {
   std::vector<float> buf(8 * 5 * 9);
   alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, buf.data());
   expect_bits_equal(buf, alibi_bias(slopes, 8, 5, 9).to_float_vector(), "into");
-  EXPECT_THROW(alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, nullptr),
-               std::invalid_argument);
+  EXPECT_THROW(alibi_bias_into(slopes, 8, 5, 9, DType::kFloat32, nullptr), std::invalid_argument);
   alibi_bias_into(slopes, 8, 0, 9, DType::kFloat32, nullptr);  // empty: fine
   // Element-aligned but not vector-aligned destinations are fine (one row,
   // the direct path; 20 rows, the table path); a misaligned one is refused.
@@ -302,22 +307,22 @@ TEST(AlibiBias, BadInputsThrowBeforeAllocating) {
   expect_throw_with<std::invalid_argument>([&] { alibi_bias(s, 4, 1, -5); }, "j = -5");
   expect_throw_with<std::invalid_argument>([&] { alibi_bias({}, 4, 1, 1); }, "got 0");
   expect_throw_with<std::invalid_argument>(
-      [&] { alibi_bias({0.5f, NAN}, 2, 1, 1); }, "slope 1 is not finite");
-  expect_throw_with<std::invalid_argument>(
-      [&] { alibi_bias({INFINITY}, 2, 1, 1); }, "slope 0 is not finite (inf)");
+      [&] {
+        alibi_bias({0.5f, NAN}, 2, 1, 1);
+      },
+      "slope 1 is not finite");
+  expect_throw_with<std::invalid_argument>([&] { alibi_bias({INFINITY}, 2, 1, 1); },
+                                           "slope 0 is not finite (inf)");
   // Sizes: element count overflowing int64, and more bytes than the machine.
   expect_throw_with<std::length_error>(
       [&] { alibi_bias(s, 4, std::int64_t{1} << 40, std::int64_t{1} << 40); },
       "too large: its size in bytes overflows");
-  expect_throw_with<std::length_error>(
-      [&] { alibi_bias(s, 16, 1 << 20, 1 << 20); }, "[16, 1048576, 1048576]");
+  expect_throw_with<std::length_error>([&] { alibi_bias(s, 16, 1 << 20, 1 << 20); },
+                                       "[16, 1048576, 1048576]");
   expect_throw_with<std::length_error>(
       [&] { alibi_bias(s, 16, 1 << 20, 1 << 20, DType::kFloat16); }, "bytes");
   expect_throw_with<std::invalid_argument>(
-      [&] {
-        alibi_bias_custom_pos(s, 4, {INT64_MIN}, {INT64_MAX});
-      },
-      "overflow");
+      [&] { alibi_bias_custom_pos(s, 4, {INT64_MIN}, {INT64_MAX}); }, "overflow");
 }
 
 TEST(AlibiBias, EmptyOutputsNeedNoPerHeadMemory) {
@@ -331,6 +336,48 @@ TEST(AlibiBias, EmptyOutputsNeedNoPerHeadMemory) {
   alibi_bias_into({0.5f}, total, 0, 3, DType::kFloat32, nullptr);  // nothing written
   // total_heads * i overflows int64 while the element count is 0.
   EXPECT_EQ(alibi_bias({0.5f}, total, std::int64_t{1} << 40, 0).numel(), 0);
+}
+
+// AlibiBias's default slopes are PyTorch's serial linspace formula
+// (start + step * k, then end - step * (n - 1 - k), float32, two roundings).
+// torch.linspace's own bits depend on the CPU kernel it runs: vectorised
+// chunks (Vectorized::arange, base and offset rounded separately) and FMA
+// contraction in the AVX2 build. Checked with torch 1.13 (/usr/bin/python3,
+// ATEN_CPU_CAPABILITY avx2 and default) for n = 1..200: the library's lists
+// equal torch's only for n <= 8 and n = 10, 12, 14 (AVX2) or n <= 15
+// (default), and are never more than 2 ulp away (35 of the 200 lists have an
+// entry 2 ulp away under AVX2, e.g. n = 19). The values below were printed by
+// torch 1.13, AVX2:
+//   print(', '.join(repr(v) for v in torch.linspace(-0.05, -0.5, n).numpy()))
+TEST(AlibiBias, DefaultSlopesAreWithinTwoUlpOfTorchLinspace) {
+  const auto ulp_distance = [](float a, float b) {
+    std::int32_t ia = 0, ib = 0;
+    std::memcpy(&ia, &a, 4);
+    std::memcpy(&ib, &b, 4);
+    return std::abs(static_cast<std::int64_t>(ia) - static_cast<std::int64_t>(ib));
+  };
+  const std::vector<std::vector<float>> torch_lists = {
+      // n = 19: entries 8 and 14 are 2 ulp away from the serial formula.
+      {-0.05f, -0.075f, -0.099999994f, -0.125f, -0.14999999f, -0.175f, -0.19999999f, -0.22499998f,
+       -0.24999999f, -0.27499998f, -0.29999998f, -0.325f, -0.34999996f, -0.37499997f, -0.39999998f,
+       -0.42499995f, -0.45f, -0.475f, -0.5f},
+      // n = 20
+      {-0.05f,       -0.07368421f, -0.09736842f, -0.12105262f, -0.14473684f,
+       -0.16842104f, -0.19210525f, -0.21578947f, -0.23947367f, -0.26315787f,
+       -0.28684208f, -0.3105263f,  -0.33421052f, -0.35789472f, -0.38157892f,
+       -0.40526313f, -0.42894736f, -0.4526316f,  -0.4763158f,  -0.5f}};
+  for (const std::vector<float>& want : torch_lists) {
+    const auto n = static_cast<std::int64_t>(want.size());
+    const std::vector<float> got = AlibiBias::default_slopes(n);
+    ASSERT_EQ(got.size(), want.size());
+    std::int64_t worst = 0;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      EXPECT_LE(ulp_distance(got[k], want[k]), 2)
+          << "n = " << n << " entry " << k << ": " << got[k] << " vs torch " << want[k];
+      worst = std::max(worst, ulp_distance(got[k], want[k]));
+    }
+    EXPECT_GT(worst, 0) << "n = " << n << ": now bit-identical to torch; say so in alibi.h";
+  }
 }
 
 }  // namespace
