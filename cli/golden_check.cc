@@ -329,12 +329,20 @@ std::string check_ggml_slopes(const json& c, const CheckContext&) {
   return compare_slopes(alibi_slopes_max_bias(get_int(c, "heads"), max_bias), c);
 }
 
+// The case's `calls`, an array with at least one call: an empty one would
+// make the case pass while checking nothing.
+const json& get_calls(const json& c) {
+  const json& calls = get_array(c, "calls");
+  if (calls.empty()) throw MalformedCase("field 'calls' is empty: the case would check nothing");
+  return calls;
+}
+
 // Runs `forward(i, j)` for each entry of the case's `calls` ({i, j, shape,
 // data}), in order (so that later calls may be served from what earlier ones
 // stored), and compares; "" when every call matches.
 template <typename Forward>
 std::string check_calls(const json& c, const Forward& forward) {
-  const json& calls = get_array(c, "calls");
+  const json& calls = get_calls(c);
   for (std::size_t k = 0; k < calls.size(); ++k) {
     const json& call = calls[k];
     const std::string where = "call " + std::to_string(k);
@@ -361,7 +369,7 @@ std::string check_alibi_positional_bias(const json& c, const CheckContext&) {
   const std::int64_t heads = get_int(c, "heads");
   const std::int64_t total_heads = get_int(c, "total_heads");
   const std::optional<std::vector<float>> slopes = get_optional_slopes(c, "slopes");
-  get_array(c, "calls");  // a malformed case is reported before a refused one
+  get_calls(c);  // a malformed case is reported before a refused one
   const AlibiPositionalBias module = slopes ? AlibiPositionalBias(heads, total_heads, *slopes)
                                             : AlibiPositionalBias(heads, total_heads);
   return check_calls(c, [&](std::int64_t i, std::int64_t j) { return module.forward(i, j); });
@@ -375,8 +383,9 @@ std::string check_alibi_bias(const json& c, const CheckContext&) {
   const std::int64_t k_len = get_int(c, "k_len");
   const Expected want = get_expected(c, "shape", "data");
   if (slopes && slopes->empty()) {
-    // AlibiBias reads an empty list as "the default"; in a case it is a
-    // mistake (null means the default), so it must not pass by accident.
+    // AlibiBias refuses an empty list (it needs n_heads >= 1 slopes), which
+    // would report the case as refused by posbias; but the case is what is
+    // wrong (null means the default schedule), so say so.
     throw MalformedCase("field 'slopes' is an empty list (null means the default)");
   }
   const AlibiBias builder =
@@ -535,7 +544,7 @@ std::string check_dynamic_position_bias(const json& c, const CheckContext&) {
   DpbOptions options = get_dpb_options(c, /*variant_required=*/true);
   const bool zeta = options.variant == DpbVariant::kZeta;
   const TensorMap state = zeta ? zeta_state(c) : x_transformers_state(c, &options);
-  get_array(c, "calls");
+  get_calls(c);
   // `grad` belongs to zeta cases; any other case may have one too.
   if (zeta) get_object(c, "grad");
   DynamicPositionBias module(options);
@@ -548,7 +557,7 @@ std::string check_dynamic_position_bias_file(const json& c, const CheckContext& 
   const std::string& file = get_string(c, "file");
   if (file.empty()) throw MalformedCase("field 'file' is empty");
   const DpbOptions options = get_dpb_options(c, /*variant_required=*/false);
-  get_array(c, "calls");
+  get_calls(c);
   const std::string path = (std::filesystem::path(ctx.base_dir) / file).string();
   DynamicPositionBias module(options);
   module.load(path);
@@ -567,6 +576,7 @@ std::string check_t5_bucket(const json& c, const CheckContext&) {
     throw MalformedCase("field 'rel' has " + std::to_string(rel.size()) +
                         " values but 'buckets' has " + std::to_string(buckets.size()));
   }
+  if (rel.empty()) throw MalformedCase("field 'rel' is empty: the case would check nothing");
   std::size_t bad = 0;
   std::string first;
   for (std::size_t k = 0; k < rel.size(); ++k) {

@@ -220,6 +220,11 @@ TEST(GoldenCheck, MalformedCasesFailWithAClearMessage) {
        "field 'calls' must be an array"},
       {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1, "calls": [3]})",
        "call 0: must be an object"},
+      // A case that checks nothing must not count as passed.
+      {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1, "calls": []})",
+       "field 'calls' is empty: the case would check nothing"},
+      {R"({"kind": "alibi_positional_bias", "heads": 2, "total_heads": 1, "calls": []})",
+       "field 'calls' is empty: the case would check nothing"},
       {R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
            "calls": [{"i": 1, "shape": [1, 1, 1], "data": [0]}]})",
        "call 0: missing field 'j'"},
@@ -249,7 +254,7 @@ TEST(GoldenCheck, ArgumentsThePosbiasLibraryRefusesAreFailures) {
   expect_fails_with(R"({"kind": "alibi_slopes", "heads": 0, "slopes": []})",
                     "posbias refused the case: heads must be >= 1, got 0");
   expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 2, "total_heads": 1,
-                        "calls": []})",
+                        "calls": [{"i": 1, "j": 1, "shape": [2, 1, 1], "data": [0, 0]}]})",
                     "posbias refused the case");
   expect_fails_with(R"({"kind": "alibi_positional_bias", "heads": 1, "total_heads": 1,
                         "calls": [{"i": 100000000000, "j": 100000000000,
@@ -466,6 +471,10 @@ TEST(GoldenCheck, DpbMalformedOrRefusedCases) {
       {edited(zeta, [](json& c) { c["params"]["mlp.0.bias"]["shape"] = {3}; }),
        "malformed case: params 'mlp.0.bias': field 'shape' [3] holds 3 elements but 'data' has 2"},
       {edited(zeta, [](json& c) { c.erase("calls"); }), "malformed case: missing field 'calls'"},
+      {edited(zeta, [](json& c) { c["calls"] = json::array(); }),
+       "malformed case: field 'calls' is empty: the case would check nothing"},
+      {edited(xt, [](json& c) { c["calls"] = json::array(); }),
+       "malformed case: field 'calls' is empty: the case would check nothing"},
       {edited(zeta, [](json& c) { c.erase("grad"); }), "malformed case: missing field 'grad'"},
       {edited(zeta, [](json& c) { c["grad"].erase("grad_output"); }),
        "malformed case: field 'grad': missing field 'grad_output'"},
@@ -584,6 +593,11 @@ TEST(GoldenCheck, DpbFileIsReadBesideTheGoldenFile) {
   expect_fails_with(
       R"({"kind": "dynamic_position_bias_file", "file": "", "dim": 6, "heads": 2, "calls": []})",
       "malformed case: field 'file' is empty");
+  c["calls"] = json::array();
+  const CaseResult no_calls = check_golden_text(golden(c.dump()), dir.path()).cases.at(0);
+  EXPECT_EQ(no_calls.status, CaseStatus::kFailed);
+  EXPECT_EQ(no_calls.message,
+            "malformed case: field 'calls' is empty: the case would check nothing");
 }
 
 // ------------------------------------------------------------- T5 buckets
@@ -609,6 +623,9 @@ TEST(GoldenCheck, T5Buckets) {
   expect_fails_with(R"({"kind": "t5_bucket", "num_buckets": 32, "max_distance": 128,
                         "rel": [1], "buckets": [17]})",
                     "malformed case: missing field 'causal'");
+  expect_fails_with(R"({"kind": "t5_bucket", "causal": false, "num_buckets": 32,
+                        "max_distance": 128, "rel": [], "buckets": []})",
+                    "malformed case: field 'rel' is empty: the case would check nothing");
   expect_fails_with(R"({"kind": "t5_bucket", "causal": false, "num_buckets": 2,
                         "max_distance": 128, "rel": [1], "buckets": [1]})",
                     "posbias refused the case");
