@@ -488,15 +488,17 @@ std::string format_rec(const Tensor& t, std::size_t d, std::vector<std::int64_t>
 }  // namespace
 
 std::string format_tensor(const Tensor& t) {
+  // As torch names dtypes: "torch.bfloat16".
   std::string suffix;
-  if (t.dtype() != DType::kFloat32) suffix = ", dtype=" + dtype_name(t.dtype());
+  if (t.dtype() != DType::kFloat32) suffix = ", dtype=torch." + dtype_name(t.dtype());
   if (t.numel() == 0) {
+    // torch 1.13: "tensor([])" for an empty 1-D tensor, the size otherwise.
+    if (t.shape().size() == 1) return "tensor([]" + suffix + ")";
     std::string size = "(";
     for (std::size_t d = 0; d < t.shape().size(); ++d) {
       if (d) size += ", ";
       size += std::to_string(t.shape()[d]);
     }
-    if (t.shape().size() == 1) size += ",";
     size += ")";
     return "tensor([], size=" + size + suffix + ")";
   }

@@ -121,8 +121,9 @@ class Tensor {
 /// Formats a tensor the way PyTorch's `print(tensor)` does: nested brackets,
 /// a common number format (`0.`, `-0.2500` or scientific) chosen from the
 /// values, and, past 1000 elements, only the first and last 3 entries of each
-/// dimension with `...`. A non-float32 dtype is named at the end, e.g.
-/// `tensor([...], dtype=bfloat16)`.
+/// dimension with `...`. A non-float32 dtype is named at the end as torch
+/// names it, e.g. `tensor([1., 2.], dtype=torch.bfloat16)`. An empty tensor
+/// is `tensor([])` (1-D) or `tensor([], size=(8, 0, 5))`.
 std::string format_tensor(const Tensor& t);
 
 /// Shortest decimal text that reads back as exactly the same float32

@@ -264,7 +264,8 @@ TEST(Cli, AlibiDtypes) {
     EXPECT_EQ(json_tensor(run.out, {16, 5, 9}), module.forward(5, 9).to_float_vector()) << name;
     const ProcessResult text =
         run_ok({"alibi", "--heads", "2", "-i", "2", "-j", "2", "--dtype", name});
-    const bool names_dtype = text.out.find(std::string("dtype=") + name + ")") != std::string::npos;
+    const bool names_dtype =
+        text.out.find(std::string("dtype=torch.") + name + ")") != std::string::npos;
     EXPECT_EQ(names_dtype, dtype != DType::kFloat32) << text.out;
   }
 }
@@ -419,7 +420,8 @@ TEST(Cli, DpbTableAndDtypes) {
     EXPECT_EQ(table.out, json_line(DynamicPositionBias(4, 2).table(3).to(dtype))) << name;
     const ProcessResult text =
         run_ok({"dpb", "--dim", "4", "--heads", "2", "-i", "2", "-j", "3", "--dtype", name});
-    EXPECT_NE(text.out.find(std::string("dtype=") + name + ")"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find(std::string("dtype=torch.") + name + ")"), std::string::npos)
+        << text.out;
   }
 }
 

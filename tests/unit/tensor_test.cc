@@ -102,10 +102,18 @@ TEST(Tensor, FormatsLikeTorchPrint) {
             "         [ 0.0000,  0.0000,  0.0000]]])");
   EXPECT_EQ(format_tensor(Tensor::from_vector({2}, {1e-5f, 1.0f})),
             "tensor([1.0000e-05, 1.0000e+00])");
-  EXPECT_EQ(format_tensor(Tensor::empty({8, 0, 5}, DType::kFloat32)),
-            "tensor([], size=(8, 0, 5))");
+  EXPECT_EQ(format_tensor(Tensor::empty({8, 0, 5}, DType::kFloat32)), "tensor([], size=(8, 0, 5))");
+  // Exactly what torch 1.13's print() gives.
   EXPECT_EQ(format_tensor(Tensor::from_vector({2}, {1, 2}).to(DType::kBFloat16)),
-            "tensor([1., 2.], dtype=bfloat16)");
+            "tensor([1., 2.], dtype=torch.bfloat16)");
+  EXPECT_EQ(format_tensor(Tensor::from_vector({2}, {1.5f, 2}).to(DType::kFloat16)),
+            "tensor([1.5000, 2.0000], dtype=torch.float16)");
+  EXPECT_EQ(format_tensor(Tensor::empty({0}, DType::kFloat32)), "tensor([])");
+  EXPECT_EQ(format_tensor(Tensor::empty({0}, DType::kBFloat16)),
+            "tensor([], dtype=torch.bfloat16)");
+  EXPECT_EQ(format_tensor(Tensor::empty({0, 5}, DType::kFloat32)), "tensor([], size=(0, 5))");
+  EXPECT_EQ(format_tensor(Tensor::empty({2, 0, 3}, DType::kFloat16)),
+            "tensor([], size=(2, 0, 3), dtype=torch.float16)");
 }
 
 TEST(Tensor, FormatSummarizesLargeTensors) {
