@@ -133,6 +133,24 @@ void require_nonnegative(const char* name, std::int64_t value) {
   }
 }
 
+// "q [b, h, i, d], k [...], v [...]", as the library's messages name them.
+std::string shapes_text(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
+                        const std::vector<std::int64_t>& v) {
+  return "q " + shape_list(q) + ", k " + shape_list(k) + ", v " + shape_list(v);
+}
+
+// The library ends most of its argument errors with the shapes it was given,
+// " (q [...], k [...], v [...])", but not all (a non-finite slope: "slope 0
+// is not finite (nan)"). Rethrows `e` ending with the run's `shapes`
+// instead of the library's (the probe's b = 0 are not the run's) or, when it
+// names none, added, so that every attention error names the shapes.
+[[noreturn]] void throw_with_shapes(const std::invalid_argument& e, const std::string& shapes) {
+  std::string message = e.what();
+  const std::size_t at = message.rfind(" (q [");
+  if (at != std::string::npos && message.back() == ')') message.resize(at);
+  throw std::invalid_argument(message + " (" + shapes + ")");
+}
+
 // q, k, v (and "bias" for --bias dense) from a safetensors file.
 struct GivenInputs {
   Tensor q, k, v, dense;
@@ -272,16 +290,8 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
     try {
       attention_forward(q0, kv0, kv0, probe_bias, options);
     } catch (const std::invalid_argument& e) {
-      // The library ends its message with the shapes it was given: name the
-      // real ones, not the probe's b = 0.
-      std::string message = e.what();
-      const std::size_t at = message.rfind(" (q [");
-      if (at != std::string::npos && message.back() == ')') {
-        message = message.substr(0, at) + " (q " + shape_list({s.b, s.h, s.i, s.d}) + ", k " +
-                  shape_list({s.b, s.hk, s.j, s.d}) + ", v " + shape_list({s.b, s.hk, s.j, s.d}) +
-                  ")";
-      }
-      throw std::invalid_argument(message);
+      throw_with_shapes(
+          e, shapes_text({s.b, s.h, s.i, s.d}, {s.b, s.hk, s.j, s.d}, {s.b, s.hk, s.j, s.d}));
     }
 
     check_total_memory(s, a.bias == "dense", dtype, a.check);
@@ -293,7 +303,13 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
   }
 
   const auto start = std::chrono::steady_clock::now();
-  const Tensor result = attention_forward(q, k, v, bias, options);
+  Tensor result;
+  try {
+    result = attention_forward(q, k, v, bias, options);
+  } catch (const std::invalid_argument& e) {
+    // Given inputs are not probed: their errors surface here.
+    throw_with_shapes(e, shapes_text(q.shape(), k.shape(), v.shape()));
+  }
   const auto stop = std::chrono::steady_clock::now();
   const double ms = std::chrono::duration<double, std::milli>(stop - start).count();
 

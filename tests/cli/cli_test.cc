@@ -949,6 +949,11 @@ TEST(Cli, AttentionGivenInputs) {
                                  {"v", Tensor::full({2, 6, 8}, 0.0f)}});
   expect_bad_argument({"attention", "--inputs", flat.path()},
                       "got q [1, 4, 3, 8], k [2, 6, 8], v [2, 6, 8]");
+  // Errors of given inputs name their shapes too, also a non-finite slope.
+  expect_bad_argument(
+      {"attention", "--inputs", file.path(), "--bias", "alibi", "--slopes", "0.5,0.25,inf,1"},
+      "attention_forward: slope 2 is not finite (inf) (q [1, 4, 3, 8], k [1, 2, 6, 8], v [1, 2, "
+      "6, 8])");
   expect_bad_argument({"attention", "--inputs", "/nonexistent/qkv.safetensors"},
                       "--inputs: cannot open safetensors file '/nonexistent/qkv.safetensors'");
 }
@@ -1354,6 +1359,11 @@ INSTANTIATE_TEST_SUITE_P(
                 {"attention", "--heads", "1", "-i", "1", "-j", "1", "-d", "4", "--bias", "alibi",
                  "--slopes", "inf"},
                 "finite"},
+        BadArgs{"AttentionNanSlopeNamesTheShapes",
+                {"attention", "--heads", "2", "-i", "1", "-j", "3", "-d", "4", "--bias", "alibi",
+                 "--slopes", "0.5,nan"},
+                "attention_forward: slope 1 is not finite (nan) (q [1, 2, 1, 4], k [1, 2, 3, 4], "
+                "v [1, 2, 3, 4])"},
         BadArgs{"AttentionSlopesWithoutAlibi",
                 {"attention", "--heads", "1", "-i", "1", "-j", "1", "-d", "4", "--slopes", "0.5"},
                 "--slopes is an option of --bias alibi"},
