@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -140,7 +141,7 @@ TEST(AlibiKernel, EveryTargetAndStorePathMatchesReference) {
   EXPECT_GE(targets_tested, 2) << "expected several instruction sets on x86-64";
 }
 
-// The table + Toeplitz expansion path (used from kTableMinRows rows on), on
+// The table + Toeplitz expansion path (alibi_fill_uses_table), on
 // every instruction set, both store kinds, odd row lengths (so most rows start
 // unaligned), i > j, and top-left causal clamping.
 TEST(AlibiKernel, TablePathOnEveryTargetMatchesReference) {
@@ -195,28 +196,63 @@ TEST(AlibiKernel, TablePathOnEveryTargetMatchesReference) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-TEST(AlibiKernel, ThreadedStreamingPathMatchesReference) {
-  // Large enough for the parallel region and, with the threshold forced via
-  // a direct call, the streaming stores.
+// The direct path through alibi_fill, in its parallel region (several
+// threads, output >= 256 KiB) with and without streaming stores: a decode
+// step (one row), few rows, and a tall, narrow output, which take the direct
+// path since their table would be as large as a good part of the output.
+// (This test used i = 100, j = 333, which takes the table path.)
+TEST(AlibiKernel, ThreadedStreamingDirectPathMatchesReference) {
   const std::vector<float> slopes = alibi_slopes(12);
   std::vector<float> scale;
   for (float m : slopes) scale.push_back(-m);
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
-    for (bool stream : {false, true}) {
-      const std::int64_t i = 100, j = 333;
-      Tensor t = Tensor::empty({12, i, j}, dtype);
-      detail::AlibiFillParams p;
-      p.scale = scale.data();
-      p.heads = 12;
-      p.rows = i;
-      p.cols = j;
-      p.q0 = j - i;
-      p.dtype = dtype;
-      p.out = t.raw_mutable_data();
-      detail::alibi_fill(p, stream);
-      std::vector<float> want = naive_alibi(slopes, 12, i, j);
-      for (float& v : want) v = round_to(dtype, v);
-      expect_bits_equal(t.to_float_vector(), want, dtype_name(dtype));
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  for (auto [i, j] :
+       {std::pair<std::int64_t, std::int64_t>{1, 40009}, {9, 4099}, {20000, 3}, {6000, 7}}) {
+    ASSERT_FALSE(detail::alibi_fill_uses_table(i, j)) << i << " x " << j;
+    for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+      ASSERT_GE(12 * i * j * static_cast<std::int64_t>(dtype_size(dtype)), 256 << 10);
+      for (bool stream : {false, true}) {
+        Tensor t = Tensor::empty({12, i, j}, dtype);
+        detail::AlibiFillParams p;
+        p.scale = scale.data();
+        p.heads = 12;
+        p.rows = i;
+        p.cols = j;
+        p.q0 = j - i;
+        p.dtype = dtype;
+        p.out = t.raw_mutable_data();
+        detail::alibi_fill(p, stream);
+        std::vector<float> want = naive_alibi(slopes, 12, i, j);
+        for (float& v : want) v = round_to(dtype, v);
+        expect_bits_equal(t.to_float_vector(), want,
+                          dtype_name(dtype) + (stream ? " stream " : " store ") +
+                              std::to_string(i) + "x" + std::to_string(j));
+      }
+    }
+  }
+  omp_set_num_threads(threads_before);
+}
+
+// The table is used only when its scratch (rows + cols - 1 values per head,
+// in the output dtype) is at most 1/8 of the output, and from kTableMinRows
+// rows on: never for decode steps or tall, narrow outputs (heads 1,
+// i = 2e7, j = 1 allocated an 80 MB table beside the 80 MB result).
+TEST(AlibiKernel, TablePathOnlyWhenItsScratchIsSmall) {
+  EXPECT_TRUE(detail::alibi_fill_uses_table(16, 16));
+  EXPECT_TRUE(detail::alibi_fill_uses_table(4096, 4096));
+  EXPECT_TRUE(detail::alibi_fill_uses_table(4096, 9));
+  EXPECT_TRUE(detail::alibi_fill_uses_table(512, 100000));
+  EXPECT_FALSE(detail::alibi_fill_uses_table(15, 100000));  // decode-like
+  EXPECT_FALSE(detail::alibi_fill_uses_table(1, 4096));
+  EXPECT_FALSE(detail::alibi_fill_uses_table(20000000, 1));
+  EXPECT_FALSE(detail::alibi_fill_uses_table(20000000, 8));
+  EXPECT_FALSE(detail::alibi_fill_uses_table(16, 14));
+  for (std::int64_t rows : {16, 17, 100, 5000, 20000000}) {
+    for (std::int64_t cols : {1, 2, 8, 9, 15, 16, 64, 4099}) {
+      if (detail::alibi_fill_uses_table(rows, cols)) {
+        EXPECT_LE(8 * (rows + cols - 1), rows * cols) << rows << " x " << cols;
+      }
     }
   }
 }
