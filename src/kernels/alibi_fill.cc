@@ -14,16 +14,17 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/alibi_fill.cc"
-#include "kernels/alibi_fill.h"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/cache_control.h>
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+
+#include "kernels/alibi_fill.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
