@@ -139,11 +139,11 @@ std::string shapes_text(const std::vector<std::int64_t>& q, const std::vector<st
   return "q " + shape_list(q) + ", k " + shape_list(k) + ", v " + shape_list(v);
 }
 
-// The library ends most of its argument errors with the shapes it was given,
-// " (q [...], k [...], v [...])", but not all (a non-finite slope: "slope 0
-// is not finite (nan)"). Rethrows `e` ending with the run's `shapes`
-// instead of the library's (the probe's b = 0 are not the run's) or, when it
-// names none, added, so that every attention error names the shapes.
+// The library ends its argument errors with the shapes it was given,
+// " (q [...], k [...], v [...])". Rethrows `e` ending with the run's
+// `shapes` instead of the library's (the probe's b = 0 are not the run's)
+// or, should a message name none, added, so that every attention error
+// names the shapes.
 [[noreturn]] void throw_with_shapes(const std::invalid_argument& e, const std::string& shapes) {
   std::string message = e.what();
   const std::size_t at = message.rfind(" (q [");

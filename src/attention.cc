@@ -105,7 +105,14 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
                  " slopes for h = " + std::to_string(p.h),
              q, k, v);
       }
-      detail::check_finite_slopes(who, bias.slopes);
+      for (std::size_t x = 0; x < bias.slopes.size(); ++x) {
+        if (!std::isfinite(bias.slopes[x])) {
+          fail(who,
+               "ALiBi slope " + std::to_string(x) + " is not finite (" +
+                   std::to_string(bias.slopes[x]) + ")",
+               q, k, v);
+        }
+      }
       break;
     case AttentionBiasKind::kDistanceTable: {
       const Tensor& t = bias.table;

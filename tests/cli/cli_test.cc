@@ -952,7 +952,7 @@ TEST(Cli, AttentionGivenInputs) {
   // Errors of given inputs name their shapes too, also a non-finite slope.
   expect_bad_argument(
       {"attention", "--inputs", file.path(), "--bias", "alibi", "--slopes", "0.5,0.25,inf,1"},
-      "attention_forward: slope 2 is not finite (inf) (q [1, 4, 3, 8], k [1, 2, 6, 8], v [1, 2, "
+      "attention_forward: ALiBi slope 2 is not finite (inf) (q [1, 4, 3, 8], k [1, 2, 6, 8], v [1, 2, "
       "6, 8])");
   expect_bad_argument({"attention", "--inputs", "/nonexistent/qkv.safetensors"},
                       "--inputs: cannot open safetensors file '/nonexistent/qkv.safetensors'");
@@ -1362,7 +1362,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{"AttentionNanSlopeNamesTheShapes",
                 {"attention", "--heads", "2", "-i", "1", "-j", "3", "-d", "4", "--bias", "alibi",
                  "--slopes", "0.5,nan"},
-                "attention_forward: slope 1 is not finite (nan) (q [1, 2, 1, 4], k [1, 2, 3, 4], "
+                "attention_forward: ALiBi slope 1 is not finite (nan) (q [1, 2, 1, 4], k [1, 2, 3, 4], "
                 "v [1, 2, 3, 4])"},
         BadArgs{"AttentionSlopesWithoutAlibi",
                 {"attention", "--heads", "1", "-i", "1", "-j", "1", "-d", "4", "--slopes", "0.5"},

@@ -722,7 +722,8 @@ TEST(Attention, BadInputThrowsWithTheShapes) {
   inf_scale.scale = kInf;
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), inf_scale), "q [1, 4, 3, 8]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, 3})), "got 3 slopes for h = 4");
-  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, NAN, 3})), "nan");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, NAN, 3})),
+                       "ALiBi slope 2 is not finite (nan) (q [1, 4, 3, 8], k [1, 2, 5, 8]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({4, 8}, 4))),
                        "table [4, 8]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({3, 9}, 4))),
