@@ -345,21 +345,31 @@ void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dty
                                 std::to_string(n) + " elements");
   }
   const detail::DpbMlp m = mlp_view(options_, params_);
-  const std::int64_t heads = options_.heads;
-  const std::int64_t len = i + j - 1;  // the distances j - 1 .. 1 - i
-  std::vector<float> table(static_cast<std::size_t>(heads * len));
-  if (options_.variant == DpbVariant::kZeta) {
-    // |s| <= j - 1 for every needed s (i <= j).
-    std::vector<float> t(static_cast<std::size_t>(heads * j));
-    run_mlp(options_, m, 0, 1, j, t.data(), j);
-    mirror(t.data(), j, heads, j - 1, len, table.data());
-  } else {
-    run_mlp(options_, m, j - 1, -1, len, table.data(), len);
-  }
-  // Round once to the output dtype, then copy windows.
-  detail::expand_float_table(
-      table.data(), heads, i, j, dtype, out,
-      static_cast<std::size_t>(n) * dtype_size(dtype) >= detail::stream_threshold_bytes());
+  // Entry k of the table is the signed distance j - 1 - k (k < i + j - 1).
+  // The table is produced whole, or tile by tile when it would be about as
+  // large as the output (few rows), each entry from the MLP about once.
+  const detail::TableFill fill = [&](std::int64_t k0, std::int64_t count, float* dst) {
+    const std::int64_t top = (j - 1) - k0;  // distance of entry k0
+    if (options_.variant != DpbVariant::kZeta) {
+      run_mlp(options_, m, top, -1, count, dst, count);
+      return;
+    }
+    // zeta: |distance|. Entries [0, a) have distances top .. 0; the negative
+    // ones after them mirror those (|d| <= top) and the MLP runs only on
+    // the rest (|d| > top).
+    const std::int64_t a = top >= 0 ? std::min(count, top + 1) : 0;
+    if (a > 0) run_mlp(options_, m, top, -1, a, dst, count);
+    const std::int64_t mirrored = top >= 0 ? std::min(count - a, top) : 0;
+    for (std::int64_t h = 0; h < options_.heads; ++h) {
+      float* row = dst + h * count;
+      for (std::int64_t t = 0; t < mirrored; ++t) row[a + t] = row[top - 1 - t];
+    }
+    const std::int64_t rest = a + mirrored;
+    if (rest < count) run_mlp(options_, m, rest - top, 1, count - rest, dst + rest, count);
+  };
+  detail::expand_generated_table(
+      options_.heads, i, j, dtype, out,
+      static_cast<std::size_t>(n) * dtype_size(dtype) >= detail::stream_threshold_bytes(), fill);
 }
 
 Tensor DynamicPositionBias::forward(std::int64_t i, std::int64_t j, DType dtype) const {

@@ -176,20 +176,19 @@ Tensor RelativePositionBias::forward(std::int64_t i, std::int64_t j, DType dtype
 
   // Entry k of a head's table is the value at c - q_r = k - (j - 1): row r
   // reads the window starting at (i - 1) - r, so element c reads entry
-  // i - 1 - r + c, and c - (j - i + r) is that minus (j - 1).
-  const std::int64_t len = i + j - 1;
-  detail::checked_numel({heads_, len}, dtype);
-  std::vector<float> table(static_cast<std::size_t>(heads_ * len));
+  // i - 1 - r + c, and c - (j - i + r) is that minus (j - 1). The table
+  // (i + j - 1 entries per head) is produced whole, or tile by tile when it
+  // would be about as large as the output (i >> j, e.g. i = 2e7, j = 1).
   const float* weight = e.data<float>();
-  for (std::int64_t k = 0; k < len; ++k) {
-    const std::int64_t b = bucket_of(rule, k - (j - 1));
-    for (std::int64_t h = 0; h < heads_; ++h) {
-      table[static_cast<std::size_t>(h * len + k)] = weight[b * heads_ + h] * scale_;
+  const detail::TableFill fill = [&](std::int64_t k0, std::int64_t n, float* dst) {
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t b = bucket_of(rule, k0 + k - (j - 1));
+      for (std::int64_t h = 0; h < heads_; ++h) dst[h * n + k] = weight[b * heads_ + h] * scale_;
     }
-  }
+  };
   const std::size_t bytes = static_cast<std::size_t>(out.numel()) * dtype_size(dtype);
-  detail::expand_float_table(table.data(), heads_, i, j, dtype, out.raw_mutable_data(),
-                             bytes >= detail::stream_threshold_bytes());
+  detail::expand_generated_table(heads_, i, j, dtype, out.raw_mutable_data(),
+                                 bytes >= detail::stream_threshold_bytes(), fill);
   return out;
 }
 

@@ -116,7 +116,10 @@ class DynamicPositionBias {
   /// Requires 0 <= i <= j (std::invalid_argument otherwise, with i and j);
   /// i = 0 gives an empty [heads, 0, j]. std::length_error when heads*i*j
   /// elements cannot be allocated. Cost: the MLP on j (zeta) or i + j - 1
-  /// (x-transformers) distances plus one copy per output row.
+  /// (x-transformers) distances plus one copy per output row. Memory beyond
+  /// the result: the float32 table when it is at most 1/8 of the output, else
+  /// (few rows: decode steps) tiles of it of at most 2^18 entries per head and
+  /// thread.
   Tensor forward(std::int64_t i, std::int64_t j, DType dtype = DType::kFloat32) const;
 
   /// As forward(), into caller-owned contiguous memory of heads*i*j elements

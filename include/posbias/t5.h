@@ -67,6 +67,9 @@ class RelativePositionBias {
   /// otherwise; std::length_error, before allocating, when it cannot fit).
   /// Costs i + j - 1 bucket evaluations, then a copy per row of a per-head
   /// table (the Toeplitz expansion), with streaming stores for large outputs.
+  /// Memory beyond the result: that table when it is at most 1/8 of the
+  /// output, else (few rows or columns, e.g. i = 2e7, j = 1) tiles of it of at
+  /// most 2^18 entries per head and thread.
   Tensor forward(std::int64_t i, std::int64_t j, DType dtype = DType::kFloat32) const;
 
   /// [heads, 2j-1] float32, entry (q_r - c) + (j - 1) = E[bucket(c - q_r)][h]

@@ -76,6 +76,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -130,6 +131,85 @@ void expand_float_table(const float* table, std::int64_t heads, std::int64_t row
   p.element_size = dtype_size(dtype);
   p.out = out;
   toeplitz_expand(p, stream);
+}
+
+bool whole_table_is_small(std::int64_t rows, std::int64_t cols, DType dtype) {
+  // Scratch bytes per table entry: 4 (float32), 6 (float32 + 16-bit copy);
+  // rows * cols * es cannot overflow (the output exists).
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t scratch = dtype == DType::kFloat32 ? 4 : 6;
+  return 8 * scratch * (rows + cols - 1) <= rows * cols * es;
+}
+
+void expand_generated_table(std::int64_t heads, std::int64_t rows, std::int64_t cols, DType dtype,
+                            void* out, bool stream, const TableFill& fill) {
+  if (heads == 0 || rows == 0 || cols == 0) return;
+  const std::int64_t len = rows + cols - 1;
+  if (whole_table_is_small(rows, cols, dtype)) {
+    std::vector<float> table(static_cast<std::size_t>(heads * len));
+    fill(0, len, table.data());
+    expand_float_table(table.data(), heads, rows, cols, dtype, out, stream);
+    return;
+  }
+  // Tiles along the long dimension, produced and written by one thread each
+  // (no serial gaps between parallel regions), at most kTableTile long and
+  // at least as many as there are threads.
+  const std::size_t es = dtype_size(dtype);
+  auto* bytes = static_cast<unsigned char*>(out);
+  const bool tall = rows >= cols;
+  const std::int64_t along = tall ? rows : cols;
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(heads * rows) * static_cast<std::size_t>(cols) * es;
+  const std::int64_t threads =
+      out_bytes >= (std::size_t{256} << 10) ? std::max(1, omp_get_max_threads()) : 1;
+  const std::int64_t tile = std::min(kTableTile, (along + threads - 1) / threads);
+  const std::int64_t tiles = (along + tile - 1) / tile;
+#pragma omp parallel if (threads > 1 && tiles > 1)
+  {
+    std::vector<float> table;
+    std::vector<std::uint16_t> table16;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      const std::int64_t at = t * tile;
+      const std::int64_t span = std::min(tile, along - at);
+      if (tall) {
+        // Rows [at, at + span) read entries [rows - at - span, rows - at + cols - 1).
+        const std::int64_t n = span + cols - 1;
+        table.resize(static_cast<std::size_t>(heads * n));
+        fill(rows - at - span, n, table.data());
+        const void* src = table.data();
+        if (dtype != DType::kFloat32) {
+          table16.resize(table.size());
+          convert_floats(table.data(), table.size(), dtype, table16.data());
+          src = table16.data();
+        }
+        for (std::int64_t h = 0; h < heads; ++h) {
+          ToeplitzParams p;
+          p.table = static_cast<const unsigned char*>(src) + static_cast<std::size_t>(h * n) * es;
+          p.table_stride = n;
+          p.row_offset0 = span - 1;
+          p.heads = 1;
+          p.rows = span;
+          p.cols = cols;
+          p.element_size = es;
+          p.out = bytes + static_cast<std::size_t>((h * rows + at) * cols) * es;
+          toeplitz_expand_rows(p, 0, span, stream);
+        }
+      } else {
+        // Columns [at, at + span) read entries [at, at + span + rows - 1);
+        // row r of head h copies (and rounds) span of them from rows - 1 - r.
+        const std::int64_t n = span + rows - 1;
+        table.resize(static_cast<std::size_t>(heads * n));
+        fill(at, n, table.data());
+        for (std::int64_t flat = 0; flat < heads * rows; ++flat) {
+          const std::int64_t h = flat / rows;
+          const std::int64_t r = flat - h * rows;
+          convert_floats(table.data() + h * n + (rows - 1 - r), static_cast<std::size_t>(span),
+                         dtype, bytes + static_cast<std::size_t>(flat * cols + at) * es);
+        }
+      }
+    }
+  }
 }
 
 HWY_EXPORT(ExpandRows);

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "posbias/dtype.h"
 
@@ -58,6 +59,30 @@ void toeplitz_expand_rows(const ToeplitzParams& p, std::int64_t row_begin,
 // `out`, with streaming stores when `stream`.
 void expand_float_table(const float* table, std::int64_t heads, std::int64_t rows,
                         std::int64_t cols, DType dtype, void* out, bool stream);
+
+// Produces entries [k0, k0 + n) of every head's table (entry k as in
+// expand_float_table) as float32 at dst[h * n + (k - k0)]. The value of an
+// entry must not depend on k0 and n. May be called from several threads at
+// once (for different ranges).
+using TableFill = std::function<void(std::int64_t k0, std::int64_t n, float* dst)>;
+
+// Whether the whole table of expand_float_table (heads * (rows + cols - 1)
+// float32 values, plus their 16-bit copy for a 16-bit dtype) is at most 1/8
+// of the output's bytes.
+bool whole_table_is_small(std::int64_t rows, std::int64_t cols, DType dtype);
+
+// The same result as expand_float_table on the table `fill` produces, with
+// bounded scratch. When whole_table_is_small, the table is produced at once
+// and expanded (threaded, streaming). Otherwise (few rows or few columns:
+// decode steps, tall narrow outputs) the whole table would be about as large
+// as the output (heads 1, rows 2e7, cols 1: 80 MB beside an 80 MB result), so
+// the output is written in tiles of at most kTableTile rows (tall) or
+// columns (wide), each from its own table of tile + min(rows, cols) - 1
+// entries per head, one tile per thread at a time (OpenMP): scratch
+// O(threads * heads * kTableTile), and every entry still produced about once.
+void expand_generated_table(std::int64_t heads, std::int64_t rows, std::int64_t cols, DType dtype,
+                            void* out, bool stream, const TableFill& fill);
+constexpr std::int64_t kTableTile = std::int64_t{1} << 18;
 
 }  // namespace posbias::detail
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/dpb_mlp.h"
+#include "kernels/toeplitz.h"
 #include "kernels/toeplitz_reduce.h"
 #include "test_util.h"
 
@@ -590,6 +591,34 @@ TEST(DynamicPositionBias, LargeCallsUseEveryPathAndStayExact) {
       for (std::int64_t h = 0; h < 8; ++h) {
         const float got = table[h * (2 * j - 1) + s + j - 1];
         EXPECT_NEAR(got, want[h], 2e-6 + 2e-5 * std::fabs(want[h])) << describe(o) << " s" << s;
+      }
+    }
+  }
+}
+
+// Few rows (decode steps): the whole table would be about as large as the
+// output, so it is produced and written kTableTile columns at a time; every
+// distance's value is still the table's, bit for bit, across tile
+// boundaries, for both variants (zeta mirrors |distance| within each tile).
+TEST(DynamicPositionBias, FewRowsAreWrittenInTilesAndStayExact) {
+  const std::int64_t j = 2 * detail::kTableTile + 7;
+  for (const DpbOptions& o : {DpbOptions{8, 3}, xt_options(8, 3, 2, true, false)}) {
+    DynamicPositionBias m(o, 5);
+    const std::vector<float> table = m.distance_table(j).to_float_vector();
+    for (std::int64_t i : {1, 3}) {
+      ASSERT_FALSE(detail::whole_table_is_small(i, j, DType::kFloat32));
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        const std::vector<float> got = m.forward(i, j, dtype).to_float_vector();
+        for (std::int64_t h = 0; h < 3; ++h) {
+          for (std::int64_t r = 0; r < i; ++r) {
+            for (std::int64_t c = 0; c < j; ++c) {
+              const float want = round_to(dtype, table[h * (2 * j - 1) + (j - i + r) - c + j - 1]);
+              ASSERT_EQ(float_bits(got[(h * i + r) * j + c]), float_bits(want))
+                  << describe(o) << " " << dtype_name(dtype) << " i" << i << " " << h << " " << r
+                  << " " << c;
+            }
+          }
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -107,6 +108,72 @@ TEST(Limits, RelativePositionBiasRefusesBeforeItsTable) {
   expect_throw_with<std::length_error>([&] { t5.forward(kMillion, kMillion); },
                                        "[16, 1000000, 1000000] (float32) needs 64000000000000");
   expect_throw_with<std::length_error>([&] { t5.distance_table(kMillion * kMillion); }, "bytes");
+}
+
+// Peak resident memory (kB) that `fn` added to what the process held when
+// it started, from Linux's high-water mark (reset through clear_refs);
+// -1 when the kernel offers neither.
+std::int64_t peak_growth_kb(const std::function<void()>& fn) {
+  const auto status_kb = [](const std::string& key) -> std::int64_t {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+    }
+    return -1;
+  };
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";  // VmHWM := VmRSS
+    if (!clear.flush()) return -1;
+  }
+  const std::int64_t before = status_kb("VmRSS");
+  fn();
+  const std::int64_t peak = status_kb("VmHWM");
+  return before < 0 || peak < 0 ? -1 : peak - before;
+}
+
+// A request that fits in memory must not need much more than its output:
+// tall, narrow outputs and decode-like single rows, whose whole per-head
+// table would be about as large as the output, are written without it.
+// Before: ALiBi and T5 at i = 12e6, j = 1 allocated a 48 MB float table
+// beside the 48 MB result (plus a 24 MB 16-bit copy for 16-bit outputs); DPB
+// at i = 1, j = 12e6 three 48 MB buffers. Bound: 1.5x the output + 4 MB
+// (the table path keeps its scratch within 1/8 of the output; the rest is
+// slack for AddressSanitizer's shadow and the allocator).
+TEST(Limits, NarrowOutputsNeedLittleMoreMemoryThanThemselves) {
+  const std::int64_t n = 12 * kMillion;
+  const RelativePositionBias t5(1.f, false, 32, 128, 1);
+  const DynamicPositionBias dpb(4, 1);
+  DpbOptions xo;
+  xo.variant = DpbVariant::kXTransformers;
+  xo.dim = 4;
+  xo.heads = 1;
+  const DynamicPositionBias xdpb(xo);
+  struct Case {
+    std::string name;
+    DType dtype;
+    std::function<Tensor()> run;
+  };
+  const std::vector<float> slope = {0.5f};
+  const std::vector<Case> cases = {
+      {"alibi_bias i=12e6 j=1", DType::kFloat32, [&] { return alibi_bias(slope, 1, n, 1); }},
+      {"alibi_bias i=12e6 j=1 bf16", DType::kBFloat16,
+       [&] { return alibi_bias(slope, 1, n, 1, DType::kBFloat16); }},
+      {"T5 i=12e6 j=1", DType::kFloat32, [&] { return t5.forward(n, 1); }},
+      {"T5 i=12e6 j=1 f16", DType::kFloat16, [&] { return t5.forward(n, 1, DType::kFloat16); }},
+      {"DPB zeta i=1 j=12e6", DType::kFloat32, [&] { return dpb.forward(1, n); }},
+      {"DPB x-transformers i=1 j=12e6 bf16", DType::kBFloat16,
+       [&] { return xdpb.forward(1, n, DType::kBFloat16); }},
+  };
+  for (const Case& c : cases) {
+    std::int64_t numel = 0;
+    const std::int64_t growth = peak_growth_kb([&] { numel = c.run().numel(); });
+    if (growth < 0) GTEST_SKIP() << "no /proc/self/clear_refs or VmHWM";
+    ASSERT_EQ(numel, n) << c.name;
+    const std::int64_t out_kb = n * static_cast<std::int64_t>(dtype_size(c.dtype)) / 1024;
+    EXPECT_LE(growth, out_kb * 3 / 2 + 4096) << c.name << ": output " << out_kb << " kB";
+  }
 }
 
 TEST(Limits, TensorEmptyRefusesPastMemoryAndOverflow) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/toeplitz.h"
 #include "posbias/safetensors.h"
 
 namespace posbias {
@@ -254,6 +255,29 @@ TEST(RelativePositionBias, LargeOutputIsExact) {
   const std::int64_t j = 1025;  // 33.6 MB of float32, past the 32 MiB streaming threshold
   expect_bits_equal(m.forward(i, j).to_float_vector(), naive_forward(m, i, j, DType::kFloat32),
                     "large");
+}
+
+// Outputs with few columns or few rows, whose whole table (i + j - 1 values
+// per head) would be about as large as the output, are written tile by tile
+// (kernels/toeplitz.h, kTableTile rows or columns at a time): still exact,
+// across tile boundaries, for every dtype, and threaded (omp threads > 1).
+TEST(RelativePositionBias, TallAndWideOutputsAreWrittenInExactTiles) {
+  const std::int64_t tile = detail::kTableTile;
+  const RelativePositionBias m(0.75f, false, 32, 128, 3, 5);
+  const RelativePositionBias causal(1.0f, true, 16, 64, 2, 6);
+  for (auto [i, j] : {std::pair<std::int64_t, std::int64_t>{2 * tile + 5, 1},
+                      {2 * tile + 5, 3},
+                      {1, 2 * tile + 7},
+                      {3, tile + 1}}) {
+    ASSERT_FALSE(detail::whole_table_is_small(i, j, DType::kFloat32)) << i << " x " << j;
+    for (const RelativePositionBias* mod : {&m, &causal}) {
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+        expect_bits_equal(mod->forward(i, j, dtype).to_float_vector(),
+                          naive_forward(*mod, i, j, dtype),
+                          dtype_name(dtype) + " i" + std::to_string(i) + " j" + std::to_string(j));
+      }
+    }
+  }
 }
 
 TEST(RelativePositionBias, DistanceTableAgreesWithForward) {
