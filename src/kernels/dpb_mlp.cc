@@ -547,6 +547,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include "checks.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -614,27 +616,43 @@ void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const f
   using dpb_mlp_internal::kBlockRows;
   const dpb_mlp_internal::MlpFlatLayout f = dpb_mlp_internal::flat_layout(mlp);
   // Fixed slots of whole blocks, independent of the thread count; each slot's
-  // partial gradient is summed in slot order.
+  // partial gradient is added to the double sum in slot order (an ordered
+  // section), so the result does not depend on the threads. Each thread
+  // holds one partial gradient at a time, not one per slot: 64 slots of a
+  // dim-4096 gradient were 4 GB.
   constexpr std::int64_t kMaxSlots = 64;
   constexpr std::int64_t kMinSlotRows = 4 * kBlockRows;
   std::int64_t slot_rows = std::max(kMinSlotRows, (n + kMaxSlots - 1) / kMaxSlots);
   slot_rows = (slot_rows + kBlockRows - 1) / kBlockRows * kBlockRows;
   const std::int64_t slots = n <= 0 ? 0 : (n + slot_rows - 1) / slot_rows;
-  std::vector<float> partial(static_cast<std::size_t>(slots * f.total));
-  const bool parallel = slots > 1 && omp_get_max_threads() > 1 &&
-                        work_per_row(mlp) * static_cast<double>(n) >= kParallelWork;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (std::int64_t s = 0; s < slots; ++s) {
-    const std::int64_t begin = s * slot_rows;
-    const std::int64_t end = std::min(n, begin + slot_rows);
-    const FlushSubnormals flush;
-    HWY_DYNAMIC_DISPATCH(BackwardRows)
-    (mlp, x, g, g_stride, begin, end, partial.data() + s * f.total);
-  }
+  // A thread's scratch is a few copies of the parameters (its partial, the
+  // padded accumulator, the packed weights): at most as many threads as fit
+  // in 1/8 of the machine's memory with them (results are the same for any
+  // number).
+  const double per_thread_bytes = 4.0 * sizeof(float) * static_cast<double>(f.total);
+  const int memory_threads = static_cast<int>(
+      std::max(1.0, static_cast<double>(physical_memory_bytes()) / 8.0 / per_thread_bytes));
+  const int threads =
+      std::max(1, std::min({omp_get_max_threads(), memory_threads,
+                            static_cast<int>(std::min<std::int64_t>(slots, 1024))}));
+  const bool parallel = threads > 1 && work_per_row(mlp) * static_cast<double>(n) >= kParallelWork;
   std::vector<double> sum(static_cast<std::size_t>(f.total), 0.0);
-  for (std::int64_t s = 0; s < slots; ++s) {
-    const float* ps = partial.data() + s * f.total;
-    for (std::int64_t k = 0; k < f.total; ++k) sum[static_cast<std::size_t>(k)] += ps[k];
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    std::vector<float> partial(static_cast<std::size_t>(f.total));
+#pragma omp for ordered schedule(dynamic, 1)
+    for (std::int64_t s = 0; s < slots; ++s) {
+      const std::int64_t begin = s * slot_rows;
+      const std::int64_t end = std::min(n, begin + slot_rows);
+      {
+        const FlushSubnormals flush;
+        HWY_DYNAMIC_DISPATCH(BackwardRows)(mlp, x, g, g_stride, begin, end, partial.data());
+      }
+#pragma omp ordered
+      for (std::int64_t k = 0; k < f.total; ++k) {
+        sum[static_cast<std::size_t>(k)] += partial[static_cast<std::size_t>(k)];
+      }
+    }
   }
   const auto write = [&](float* dst, std::int64_t at, std::int64_t count) {
     for (std::int64_t k = 0; k < count; ++k) {

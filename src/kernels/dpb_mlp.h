@@ -58,7 +58,10 @@ void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y
 // to every parameter, written to `grads`. Recomputes the forward activations
 // block by block (never all at once). Threaded over fixed blocks of rows whose
 // partial sums are added in a fixed order: the result does not depend on the
-// number of threads.
+// number of threads. Scratch: about four copies of the parameters per thread
+// (its partial sum, padded accumulator and packed weights; threads capped so
+// that these fit in 1/8 of the machine's memory) plus one double-precision
+// sum, whatever n.
 void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
                       std::int64_t g_stride, const DpbMlpGrads& grads);
 
