@@ -98,20 +98,20 @@ float stream_read(const void* src, std::size_t bytes) {
 }
 void store_fill(void* dst, std::size_t bytes) { fill(dst, bytes, false); }
 
-double sgemm_gflops(int n, int repetitions) {
+SgemmBaseline::SgemmBaseline(int n) : n_(n) {
   const auto count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-  std::vector<float> a(count), b(count), c(count);
+  a_.resize(count);
+  b_.resize(count);
+  c_.resize(count);
   for (std::size_t k = 0; k < count; ++k) {
-    a[k] = static_cast<float>(k % 17) * 0.01f;
-    b[k] = static_cast<float>(k % 13) * 0.02f;
+    a_[k] = static_cast<float>(k % 17) * 0.01f;
+    b_[k] = static_cast<float>(k % 13) * 0.02f;
   }
-  const auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-                b.data(), n, 0.0f, c.data(), n);
-  };
-  const auto t = time_interleaved({run}, 1, repetitions);
-  const double flops = 2.0 * static_cast<double>(n) * n * n;
-  return flops / (median(t[0]) * 1e-3) / 1e9;
+}
+
+void SgemmBaseline::operator()() {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, n_, 1.0f, a_.data(), n_,
+              b_.data(), n_, 0.0f, c_.data(), n_);
 }
 
 double median(std::vector<double> values) {

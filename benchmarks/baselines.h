@@ -21,9 +21,19 @@ void stream_fill(void* dst, std::size_t bytes);
 float stream_read(const void* src, std::size_t bytes);
 
 // OpenBLAS sgemm on square n x n float32 matrices (C = A B), the GEMM
-// roofline an attention kernel is judged against: GFLOP/s (2 n^3 per call),
-// median of `repetitions` calls after one warm-up.
-double sgemm_gflops(int n, int repetitions);
+// roofline an attention kernel is judged against. It holds its matrices, so
+// that its calls can be interleaved with the case they judge in
+// time_interleaved (GFLOP/s = flops() / time).
+class SgemmBaseline {
+ public:
+  explicit SgemmBaseline(int n);
+  void operator()();  // one C = A B
+  double flops() const { return 2.0 * n_ * n_ * n_; }
+
+ private:
+  int n_;
+  std::vector<float> a_, b_, c_;
+};
 
 // The same with ordinary stores (what a fill of cache-resident data costs).
 void store_fill(void* dst, std::size_t bytes);
