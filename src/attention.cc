@@ -174,6 +174,10 @@ namespace {
 std::vector<float> reversed_table(const Tensor& table, std::int64_t h, std::int64_t j,
                                   std::int64_t* stride) {
   const std::int64_t len = std::max<std::int64_t>(0, 2 * j - 1);
+  // The table and k may be stride-0 views (Tensor::from_blob) of any
+  // length: refuse a copy that cannot fit (std::length_error) before sizing
+  // it.
+  detail::checked_numel({h, len}, DType::kFloat32);
   *stride = len + 64;
   std::vector<float> rtable(static_cast<std::size_t>(h * *stride), 0.0f);
   const float* t = table.data<float>();

@@ -745,6 +745,15 @@ TEST(Attention, BadInputThrowsWithTheShapes) {
   expect_throw_with<E>(
       fwd(q, k, k, AttentionBias::dense_bias(random_tensor({3, 5}, 4).to(DType::kFloat16))),
       "float16");
+  // Stride-0 views (from_blob) of k, v and the table can claim any length:
+  // the kernel's copy of the table is refused before it is sized.
+  float one = 1.0f;
+  const std::int64_t long_j = std::int64_t{1} << 45;
+  const Tensor k_view = Tensor::from_blob(&one, {1, 1, long_j, 1}, {0, 0, 0, 0}, DType::kFloat32);
+  const Tensor table_view = Tensor::from_blob(&one, {1, 2 * long_j - 1}, {0, 0}, DType::kFloat32);
+  EXPECT_THROW(attention_forward(Tensor::full({1, 1, 1, 1}, 1.0f), k_view, k_view,
+                                 AttentionBias::distance_table(table_view)),
+               std::length_error);
   // The reference checks the same way.
   EXPECT_THROW(attention_reference(q, k, k, AttentionBias::alibi({1})), E);
 }
