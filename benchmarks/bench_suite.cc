@@ -7,16 +7,15 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <iomanip>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "baselines.h"
 #include "posbias/alibi.h"
@@ -61,8 +60,8 @@ std::string run_peer(const std::string& script, const std::string& args, std::st
   const char* env = std::getenv("POSBIAS_PEER_PYTHON");
   const std::string python = env ? env : "/usr/bin/python3";
   const std::string cmd = shell_quote(python) + " " +
-                          shell_quote(std::string(POSBIAS_BENCH_DIR) + "/" + script) + " " +
-                          args + " 2>/dev/null";
+                          shell_quote(std::string(POSBIAS_BENCH_DIR) + "/" + script) + " " + args +
+                          " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   if (!pipe) {
     *why = "could not start " + python;
@@ -158,17 +157,17 @@ void AlibiPeer::add(CaseResult& r, std::int64_t heads, std::int64_t n, DType dty
 
 // Materialising into a pre-faulted buffer: the kernel itself, against a
 // streaming fill of the same bytes in the same buffer.
-CaseResult materialise_case(std::int64_t heads, std::int64_t n, DType dtype,
-                            const BenchOptions& o, AlibiPeer& peer) {
+CaseResult materialise_case(std::int64_t heads, std::int64_t n, DType dtype, const BenchOptions& o,
+                            AlibiPeer& peer) {
   const std::vector<float> slopes = alibi_slopes(heads);
   Tensor buf = Tensor::empty({heads, n, n}, dtype);
   const std::size_t bytes = static_cast<std::size_t>(buf.numel()) * dtype_size(dtype);
   stream_fill(buf.raw_mutable_data(), bytes);  // fault the pages in once
   void* out = buf.raw_mutable_data();
-  const auto t = time_interleaved(
-      {[&] { alibi_bias_into(slopes, heads, n, n, dtype, out); },
-       [&] { stream_fill(out, bytes); }, [&] { store_fill(out, bytes); }},
-      o.warmup, o.repetitions);
+  const auto t =
+      time_interleaved({[&] { alibi_bias_into(slopes, heads, n, n, dtype, out); },
+                        [&] { stream_fill(out, bytes); }, [&] { store_fill(out, bytes); }},
+                       o.warmup, o.repetitions);
   CaseResult r;
   r.name = "alibi_h" + std::to_string(heads) + "_n" + std::to_string(n) + "_" + dtype_tag(dtype);
   r.median_ms = median(t[0]);
@@ -234,14 +233,15 @@ CaseResult cache_hit_case(std::int64_t heads, std::int64_t n_small, std::int64_t
   big.forward(n, n);
   small.forward(n_small, n_small);
   constexpr int kCalls = 10000;
-  const auto t = time_interleaved(
-      {[&] {
-         for (int k = 0; k < kCalls; ++k) Tensor v = big.forward(n - 1, n - 1);
-       },
-       [&] {
-         for (int k = 0; k < kCalls; ++k) Tensor v = small.forward(n_small - 1, n_small - 1);
-       }},
-      o.warmup, o.repetitions);
+  const auto t = time_interleaved({[&] {
+                                     for (int k = 0; k < kCalls; ++k)
+                                       Tensor v = big.forward(n - 1, n - 1);
+                                   },
+                                   [&] {
+                                     for (int k = 0; k < kCalls; ++k)
+                                       Tensor v = small.forward(n_small - 1, n_small - 1);
+                                   }},
+                                  o.warmup, o.repetitions);
   CaseResult r;
   r.name = "alibi_cache_hit_h" + std::to_string(heads) + "_n" + std::to_string(n);
   r.median_ms = median(t[0]) / kCalls;
@@ -301,8 +301,9 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   std::string why;
   std::string peer;
   if (!o.quick) {
-    peer = run_peer("peer_dpb.py", "--dim 64 --heads 8 -n " + std::to_string(n) +
-                        " --backward-n " + std::to_string(nb) + " --reps " +
+    peer = run_peer("peer_dpb.py",
+                    "--dim 64 --heads 8 -n " + std::to_string(n) + " --backward-n " +
+                        std::to_string(nb) + " --reps " +
                         std::to_string(std::max(3, o.repetitions / 3)),
                     &why);
   }
@@ -347,8 +348,9 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
     // The same through forward(): a fresh tensor each call, so the pages are
     // faulted in and zeroed by the kernel first; against an allocation plus
     // the streaming fill.
-    CaseResult r = against_alloc_fill("dpb_forward_alloc" + tag + std::to_string(n),
-                                      [&] { Tensor b = module.forward(n, n); }, {heads, n, n}, o);
+    CaseResult r = against_alloc_fill(
+        "dpb_forward_alloc" + tag + std::to_string(n), [&] { Tensor b = module.forward(n, n); },
+        {heads, n, n}, o);
     r.note =
         "forward() into a new tensor (page faults included); pytorch_module_ms = the PyTorch "
         "module's forward, also a new tensor each call";
@@ -357,9 +359,9 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   }
   {
     std::vector<float> naive;
-    const auto t = time_interleaved({[&] { Tensor tb = module.table(n); },
-                                     [&] { naive_dpb_table(module, n, naive); }},
-                                    o.warmup, o.repetitions);
+    const auto t = time_interleaved(
+        {[&] { Tensor tb = module.table(n); }, [&] { naive_dpb_table(module, n, naive); }},
+        o.warmup, o.repetitions);
     CaseResult r;
     r.name = "dpb_table" + tag + std::to_string(n);
     r.median_ms = median(t[0]);
@@ -381,10 +383,9 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
     }
     const std::size_t bytes = static_cast<std::size_t>(grad.numel()) * sizeof(float);
     volatile float sink = 0;
-    const auto t = time_interleaved(
-        {[&] { TensorMap gr = module.backward(nb, nb, grad); },
-         [&] { sink = sink + stream_read(grad.raw_data(), bytes); }},
-        o.warmup, o.repetitions);
+    const auto t = time_interleaved({[&] { TensorMap gr = module.backward(nb, nb, grad); },
+                                     [&] { sink = sink + stream_read(grad.raw_data(), bytes); }},
+                                    o.warmup, o.repetitions);
     CaseResult r;
     r.name = "dpb_backward" + tag + std::to_string(nb);
     r.median_ms = median(t[0]);
@@ -430,7 +431,8 @@ double proc_status_bytes(const char* field) {
   const std::string prefix = std::string(field) + ":";
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::strtod(line.c_str() + prefix.size(), nullptr) * 1024.0;
+    if (line.rfind(prefix, 0) == 0)
+      return std::strtod(line.c_str() + prefix.size(), nullptr) * 1024.0;
   }
   return -1;
 }
@@ -514,8 +516,9 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     r.extra["io_bytes"] = io;
     r.extra["peak_over_io"] = peak / io;
     r.baselines["io_bytes_times_1.2_plus_64MiB"] = std::floor(1.2 * io) + 64.0 * (1 << 20);
-    r.note = "peak RSS (VmHWM) of one causal ALiBi call in a child process above its VmRSS "
-             "before the inputs were allocated; io = q, k, v, out";
+    r.note =
+        "peak RSS (VmHWM) of one causal ALiBi call in a child process above its VmRSS "
+        "before the inputs were allocated; io = q, k, v, out";
     // q, k, v and out are resident together: a smaller peak is a broken
     // measurement, not a good result.
     if (r.error.empty() && peak < io) {
@@ -531,11 +534,11 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
   const auto run = [&](const AttentionBias& b, const AttentionOptions& opt) {
     return [&in, b, opt] { Tensor r = attention_forward(in.q, in.k, in.v, b, opt); };
   };
-  const auto t = time_interleaved({run(AttentionBias::alibi(slopes), causal),
-                                   run(AttentionBias::none(), causal),
-                                   run(AttentionBias::distance_table(dpb_table), causal),
-                                   run(AttentionBias::alibi(slopes), noncausal)},
-                                  o.warmup, o.repetitions);
+  const auto t = time_interleaved(
+      {run(AttentionBias::alibi(slopes), causal), run(AttentionBias::none(), causal),
+       run(AttentionBias::distance_table(dpb_table), causal),
+       run(AttentionBias::alibi(slopes), noncausal)},
+      o.warmup, o.repetitions);
   const double alibi_ms = median(t[0]), none_ms = median(t[1]), table_ms = median(t[2]),
                nc_ms = median(t[3]);
   // The sgemm roofline of the non-causal case: in the same run, right after
@@ -552,8 +555,9 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
        1e6);
   std::string why;
   const std::string peer =
-      o.quick ? "" : run_peer("peer_attention.py", "--heads 16 -n " + std::to_string(n) +
-                                  " -d 64 --causal --reps 3", &why);
+      o.quick ? ""
+              : run_peer("peer_attention.py",
+                         "--heads 16 -n " + std::to_string(n) + " -d 64 --causal --reps 3", &why);
   const double peer_ms = peer.empty() ? -1 : json_field(peer, "median_ms");
   const double flops_full = 4.0 * static_cast<double>(h * n * n * d);
   {
@@ -595,8 +599,9 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     r.extra["gflops"] = flops_full / (nc_ms * 1e6);
     r.baselines["sgemm_gflops"] = sgemm_gflops;
     r.extra["fraction_of_sgemm"] = r.extra["gflops"] / sgemm_gflops;
-    r.note = "non-causal ALiBi; gflops = 4 b h i j d / time; sgemm_gflops = OpenBLAS on n x n "
-             "(GFLOP/s, not ms), timed right after the attention rounds";
+    r.note =
+        "non-causal ALiBi; gflops = 4 b h i j d / time; sgemm_gflops = OpenBLAS on n x n "
+        "(GFLOP/s, not ms), timed right after the attention rounds";
     out.push_back(r);
   }
   {
@@ -607,15 +612,15 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     const std::vector<float> s32 = alibi_slopes(hd);
     const std::size_t kv_bytes = 2 * static_cast<std::size_t>(hd * jd * dd) * sizeof(float);
     volatile float sink = 0;
-    const auto td = time_interleaved(
-        {[&] {
-           Tensor r = attention_forward(dec.q, dec.k, dec.v, AttentionBias::alibi(s32), causal);
-         },
-         [&] {
-           sink = sink + stream_read(dec.k.raw_data(), kv_bytes / 2) +
-                  stream_read(dec.v.raw_data(), kv_bytes / 2);
-         }},
-        o.warmup, o.repetitions);
+    const auto td = time_interleaved({[&] {
+                                        Tensor r = attention_forward(
+                                            dec.q, dec.k, dec.v, AttentionBias::alibi(s32), causal);
+                                      },
+                                      [&] {
+                                        sink = sink + stream_read(dec.k.raw_data(), kv_bytes / 2) +
+                                               stream_read(dec.v.raw_data(), kv_bytes / 2);
+                                      }},
+                                     o.warmup, o.repetitions);
     CaseResult r;
     r.name = "decode_alibi_h32_n" + std::to_string(jd) + "_d128";
     r.median_ms = median(td[0]);
@@ -624,6 +629,33 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
     r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
     out.push_back(r);
+
+    // The same decode with grouped-query attention (8 kv heads for the 32
+    // query heads, as Llama-2-70B and Mistral): a quarter of the bytes.
+    const std::int64_t hkg = 8;
+    AttentionInputs gqa = attention_inputs(hd, hkg, 1, jd, dd);
+    const std::size_t gqa_bytes = kv_bytes / (hd / hkg);
+    const auto tgqa = time_interleaved(
+        {[&] {
+           Tensor o_gqa = attention_forward(gqa.q, gqa.k, gqa.v, AttentionBias::alibi(s32), causal);
+         },
+         [&] {
+           sink = sink + stream_read(gqa.k.raw_data(), gqa_bytes / 2) +
+                  stream_read(gqa.v.raw_data(), gqa_bytes / 2);
+         }},
+        o.warmup, o.repetitions);
+    CaseResult g;
+    g.name = "decode_gqa_alibi_h32_hk8_n" + std::to_string(jd) + "_d128";
+    g.median_ms = median(tgqa[0]);
+    g.extra["gbps"] = gbps(gqa_bytes, g.median_ms);
+    g.baselines["read_gbps"] = gbps(gqa_bytes, median(tgqa[1]));
+    g.baselines["multi_head_ms"] = r.median_ms;
+    g.extra["fraction_of_read"] = g.extra["gbps"] / g.baselines["read_gbps"];
+    g.extra["speedup_over_multi_head"] = r.median_ms / g.median_ms;
+    g.note =
+        "i = 1, 32 query heads on 8 kv heads; read_gbps = reading its K and V bytes; "
+        "multi_head_ms = the case above (hk 32), not interleaved with this one";
+    out.push_back(g);
   }
   return out;
 }
@@ -675,7 +707,8 @@ void print_json(const CaseResult& r, std::ostream& out) {
 void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
   out << std::left << std::setw(34) << "case" << std::right << std::setw(12) << "median ms"
       << "   " << std::left << std::setw(30) << "baseline" << std::right << std::setw(12)
-      << "median" << "   ratio\n";
+      << "median"
+      << "   ratio\n";
   for (const CaseResult& r : rs) {
     bool first = true;
     for (const auto& [k, v] : r.baselines) {
@@ -683,9 +716,9 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
       const bool is_time = k.find("gflops") == std::string::npos &&
                            k.find("gbps") == std::string::npos &&
                            k.find("bytes") == std::string::npos;
-      out << std::left << std::setw(34) << (first ? r.name : "") << std::right
-          << std::setw(12) << (first ? format_number(r.median_ms) : "") << "   " << std::left
-          << std::setw(30) << k << std::right << std::setw(12) << format_number(v) << "   ";
+      out << std::left << std::setw(34) << (first ? r.name : "") << std::right << std::setw(12)
+          << (first ? format_number(r.median_ms) : "") << "   " << std::left << std::setw(30) << k
+          << std::right << std::setw(12) << format_number(v) << "   ";
       if (is_time && r.median_ms > 0 && v > 0) {
         const double ratio = v / r.median_ms;
         out << std::fixed << std::setprecision(2) << (ratio >= 1.0 ? ratio : 1.0 / ratio)
