@@ -21,6 +21,7 @@
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
+#include "posbias/dtype.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
 
@@ -112,18 +113,6 @@ class AlibiPeer {
   std::map<std::string, std::pair<std::string, std::string>> runs_;  // args -> text, why
 };
 
-std::string torch_dtype(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kBFloat16:
-      return "bfloat16";
-    case DType::kFloat16:
-      return "float16";
-  }
-  return "?";
-}
-
 // Records a PyTorch peer's median `ms` as baseline `name` ("pytorch_..._ms")
 // and its ratio as extra "speedup_vs_pytorch_..." (> 1: posbias faster).
 void add_pytorch_baseline(CaseResult& r, const std::string& name, double ms) {
@@ -139,7 +128,7 @@ void AlibiPeer::add(CaseResult& r, std::int64_t heads, std::int64_t n, DType dty
   if (o_.quick) return;
   const std::string args = "--heads " + std::to_string(heads) + " -n " + std::to_string(n) +
                            " --reps " + std::to_string(std::max(3, o_.repetitions / 2)) +
-                           " --dtype " + torch_dtype(dtype);
+                           " --dtype " + dtype_name(dtype);
   auto it = runs_.find(args);
   if (it == runs_.end()) {
     std::string why;

@@ -18,12 +18,10 @@ Usage: python3 peer_alibi.py --heads 16 --total-heads 16 -n 4096 --reps 5 [--dty
 import argparse
 import json
 import os
-import statistics
-import time
 
 import torch
 
-from peer_common import alibi_slopes
+from peer_common import alibi_slopes, median_ms
 
 
 def forward(m, total_heads, i, j, dtype):
@@ -33,17 +31,6 @@ def forward(m, total_heads, i, j, dtype):
     bias = bias * m[:, None, None]
     bias = torch.nn.functional.pad(bias, (0, 0, 0, 0, 0, total_heads - m.shape[0]))
     return bias.to(dtype)
-
-
-def median_ms(fn, reps):
-    """Median milliseconds of fn() over reps calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main():
@@ -81,8 +68,8 @@ def main():
     if not torch.equal(buf, forward(m, total, a.n, a.n, dtype)):
         raise SystemExit("peer_alibi.py: the into variant differs from the module")
     figures = {
-        "module_ms": median_ms(lambda: forward(m, total, a.n, a.n, dtype), a.reps),
-        "into_ms": median_ms(into, a.reps),
+        "module_ms": median_ms(lambda _: forward(m, total, a.n, a.n, dtype), a.reps),
+        "into_ms": median_ms(lambda _: into(), a.reps),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

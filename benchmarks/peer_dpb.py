@@ -18,11 +18,11 @@ Usage: python3 peer_dpb.py --dim 64 --heads 8 -n 4096 --backward-n 2048 --reps 3
 import argparse
 import json
 import os
-import statistics
-import time
 
 import torch
 from torch import nn
+
+from peer_common import median_ms
 
 
 class DynamicPositionBias(nn.Module):
@@ -37,19 +37,6 @@ class DynamicPositionBias(nn.Module):
         idx = (q[:, None] - k[None, :]).abs()
         table = self.mlp(torch.arange(j, dtype=torch.float32)[:, None])  # [j, heads]
         return table[idx].permute(2, 0, 1)  # [heads, i, j], as einops' rearrange
-
-
-def median_ms(fn, reps, setup=None):
-    """Median milliseconds of fn(setup()) over reps calls after one warm-up;
-    setup (untimed) runs before each call."""
-    def once():
-        arg = setup() if setup else None
-        t0 = time.perf_counter()
-        fn(arg)
-        return (time.perf_counter() - t0) * 1e3
-
-    once()
-    return statistics.median(once() for _ in range(reps))
 
 
 def main():
