@@ -2,6 +2,7 @@
 // side of work done in demo.cc, golden_check.cc and benchmarks/bench_suite.cc.
 #include <unistd.h>
 
+#include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -113,7 +114,9 @@ Command add_bench_command(CLI::App& app) {
   sub->footer(
       "Reports medians over repeated runs after a warm-up, each with the medians of\n"
       "its baselines measured in the same run. --json prints one object per line\n"
-      "per case (case, median_ms, baselines), a stable interface for dashboards.");
+      "per case (case, median_ms, baselines), a stable interface for dashboards.\n"
+      "Exit code 1 when a case's measurement is known to be broken (its \"error\",\n"
+      "also named on stderr).");
   sub->add_option("suite", args->suite, "The suite to run: " + suites)->required();
   sub->add_flag("--json", args->options.json,
                 "One JSON object per line per case, with case, median_ms and baselines");
@@ -132,8 +135,16 @@ Command add_bench_command(CLI::App& app) {
               throw std::invalid_argument("--warmup must be >= 0, got " +
                                           std::to_string(args->options.warmup));
             }
-            bench::run_suite(args->suite, args->options, out);
-            return 0;
+            // A case whose measurement is known to be broken (its "error")
+            // fails the run: exit 1, one line per such case on stderr.
+            int status = 0;
+            for (const bench::CaseResult& r : bench::run_suite(args->suite, args->options, out)) {
+              if (r.error.empty()) continue;
+              std::cerr << "posbias bench: " << r.name << " could not be measured: " << r.error
+                        << "\n";
+              status = 1;
+            }
+            return status;
           }};
 }
 
