@@ -597,49 +597,39 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     // Decode: one query against a long KV cache; judged by the bandwidth of
     // reading K and V.
     const std::int64_t hd = 32, jd = o.quick ? 4096 : 32768, dd = 128;
-    AttentionInputs dec = attention_inputs(hd, hd, 1, jd, dd);
     const std::vector<float> s32 = alibi_slopes(hd);
-    const std::size_t kv_bytes = 2 * static_cast<std::size_t>(hd * jd * dd) * sizeof(float);
     volatile float sink = 0;
-    const auto td = time_interleaved({[&] {
-                                        Tensor r = attention_forward(
-                                            dec.q, dec.k, dec.v, AttentionBias::alibi(s32), causal);
-                                      },
-                                      [&] {
-                                        sink = sink + stream_read(dec.k.raw_data(), kv_bytes / 2) +
-                                               stream_read(dec.v.raw_data(), kv_bytes / 2);
-                                      }},
-                                     o.warmup, o.repetitions);
-    CaseResult r;
-    r.name = "decode_alibi_h32_n" + std::to_string(jd) + "_d128";
-    r.median_ms = median(td[0]);
-    r.extra["gbps"] = gbps(kv_bytes, r.median_ms);
-    r.baselines["read_gbps"] = gbps(kv_bytes, median(td[1]));
-    r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
+    // One decode against hk kv heads, interleaved with a read of its K and V
+    // bytes: the case's median and gbps, and the read's read_gbps.
+    const auto decode_case = [&](std::int64_t hk, const std::string& name) {
+      AttentionInputs dec = attention_inputs(hd, hk, 1, jd, dd);
+      const std::size_t bytes = 2 * static_cast<std::size_t>(hk * jd * dd) * sizeof(float);
+      const auto td = time_interleaved({[&] {
+                                          Tensor o_dec =
+                                              attention_forward(dec.q, dec.k, dec.v,
+                                                                AttentionBias::alibi(s32), causal);
+                                        },
+                                        [&] {
+                                          sink = sink + stream_read(dec.k.raw_data(), bytes / 2) +
+                                                 stream_read(dec.v.raw_data(), bytes / 2);
+                                        }},
+                                       o.warmup, o.repetitions);
+      CaseResult r;
+      r.name = name;
+      r.median_ms = median(td[0]);
+      r.extra["gbps"] = gbps(bytes, r.median_ms);
+      r.baselines["read_gbps"] = gbps(bytes, median(td[1]));
+      r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
+      return r;
+    };
+    CaseResult r = decode_case(hd, "decode_alibi_h32_n" + std::to_string(jd) + "_d128");
     r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
     out.push_back(r);
 
     // The same decode with grouped-query attention (8 kv heads for the 32
     // query heads, as Llama-2-70B and Mistral): a quarter of the bytes.
-    const std::int64_t hkg = 8;
-    AttentionInputs gqa = attention_inputs(hd, hkg, 1, jd, dd);
-    const std::size_t gqa_bytes = kv_bytes / (hd / hkg);
-    const auto tgqa = time_interleaved(
-        {[&] {
-           Tensor o_gqa = attention_forward(gqa.q, gqa.k, gqa.v, AttentionBias::alibi(s32), causal);
-         },
-         [&] {
-           sink = sink + stream_read(gqa.k.raw_data(), gqa_bytes / 2) +
-                  stream_read(gqa.v.raw_data(), gqa_bytes / 2);
-         }},
-        o.warmup, o.repetitions);
-    CaseResult g;
-    g.name = "decode_gqa_alibi_h32_hk8_n" + std::to_string(jd) + "_d128";
-    g.median_ms = median(tgqa[0]);
-    g.extra["gbps"] = gbps(gqa_bytes, g.median_ms);
-    g.baselines["read_gbps"] = gbps(gqa_bytes, median(tgqa[1]));
+    CaseResult g = decode_case(8, "decode_gqa_alibi_h32_hk8_n" + std::to_string(jd) + "_d128");
     g.baselines["multi_head_ms"] = r.median_ms;
-    g.extra["fraction_of_read"] = g.extra["gbps"] / g.baselines["read_gbps"];
     g.extra["speedup_over_multi_head"] = r.median_ms / g.median_ms;
     g.note =
         "i = 1, 32 query heads on 8 kv heads; read_gbps = reading its K and V bytes; "
