@@ -25,8 +25,8 @@ namespace posbias::detail {
 
 // Outputs at least this large are written with non-temporal (streaming)
 // stores: they would not stay in cache for the consumer anyway, and streaming
-// skips the read-for-ownership of every destination line. 32 MiB, or
-// $POSBIAS_STREAM_THRESHOLD bytes (for experiments).
+// skips the read-for-ownership of every destination line. 32 MiB (a named
+// constant in toeplitz.cc, with its reason).
 std::size_t stream_threshold_bytes();
 
 // Converts n float32 values to `dtype` at dst, rounding once to nearest even.
