@@ -25,6 +25,7 @@
 #include <limits>
 
 #include "kernels/alibi_fill.h"
+#include "kernels/float_store.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -39,18 +40,8 @@ HWY_INLINE float ScalarValue(float scale, std::int64_t q, std::int64_t c, Distan
 }
 
 template <typename Out>
-HWY_INLINE void StoreScalar(float v, Out* p);
-template <>
-HWY_INLINE void StoreScalar<float>(float v, float* p) {
-  *p = v;
-}
-template <>
-HWY_INLINE void StoreScalar<bfloat16>(float v, bfloat16* p) {
-  *p = to_bfloat16(v);
-}
-template <>
-HWY_INLINE void StoreScalar<float16>(float v, float16* p) {
-  *p = to_float16(v);
+HWY_INLINE void StoreScalar(float v, Out* p) {
+  *p = float_to<Out>(v);
 }
 
 #if HWY_TARGET != HWY_SCALAR
