@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/toeplitz.h"
+#include "kernels/float_store.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -92,17 +93,7 @@ constexpr std::size_t kStreamThresholdBytes = std::size_t{32} << 20;
 std::size_t stream_threshold_bytes() { return kStreamThresholdBytes; }
 
 void convert_floats(const float* src, std::size_t n, DType dtype, void* dst) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::memcpy(dst, src, n * sizeof(float));
-      break;
-    case DType::kBFloat16:
-      for (std::size_t k = 0; k < n; ++k) static_cast<bfloat16*>(dst)[k] = to_bfloat16(src[k]);
-      break;
-    case DType::kFloat16:
-      for (std::size_t k = 0; k < n; ++k) static_cast<float16*>(dst)[k] = to_float16(src[k]);
-      break;
-  }
+  store_floats(src, n, 1.0f, dtype, dst);
 }
 
 void expand_float_table(const float* table, std::int64_t heads, std::int64_t rows,
