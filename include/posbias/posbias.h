@@ -15,6 +15,7 @@
 
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
+#include "posbias/distance_table.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
 #include "posbias/safetensors.h"
