@@ -1,8 +1,9 @@
 // Front functions of Dynamic Position Bias: options and argument checks,
 // parameters (initialisation, state dict, files), and the three steps of
 // every call: the MLP on the distances (kernels/dpb_mlp.h), the table in the
-// output dtype, and its Toeplitz expansion (kernels/toeplitz.h) or, going
-// backward, the Toeplitz reduction (kernels/toeplitz_reduce.h).
+// output dtype, and its Toeplitz expansion (kernels/toeplitz.h, the table
+// produced tile by tile as the expansion needs it) or, going backward, the
+// reduction onto the distance table (reduce_distance_table, public).
 //
 // Tables by signed distance. For a call (i, j) the bias needs the distances
 // s = q_r - c from 1 - i to j - 1. The expansion reads row r of head h as a
@@ -27,7 +28,7 @@
 #include "checks.h"
 #include "kernels/dpb_mlp.h"
 #include "kernels/toeplitz.h"
-#include "kernels/toeplitz_reduce.h"
+#include "posbias/distance_table.h"
 
 namespace posbias {
 namespace {
@@ -409,26 +410,18 @@ TensorMap DynamicPositionBias::backward(std::int64_t i, std::int64_t j,
   check_grad_shape("backward", grad_bias, {options_.heads, i, j});
   const detail::DpbMlp m = mlp_view(options_, params_);
   if (i == 0) return mlp_backward(options_, m, 0, 1, 0, nullptr, 0);
-  const Tensor g = contiguous_float(grad_bias);
-  const std::int64_t heads = options_.heads;
-  const std::int64_t len = i + j - 1;  // entry e: distance j - 1 - e
-  std::vector<float> gs(static_cast<std::size_t>(heads * len));
-  detail::ToeplitzReduceParams p;
-  p.grad = g.data<float>();
-  p.heads = heads;
-  p.rows = i;
-  p.cols = j;
-  p.table = gs.data();
-  p.table_stride = len;
-  p.row_offset0 = i - 1;
-  detail::toeplitz_reduce(p);
+  // The gradient of distance_table(j): entry e is distance e - (j - 1).
+  const std::int64_t len = checked_table_length("backward", options_.heads, j, true);
+  const Tensor gs = reduce_distance_table(grad_bias, len);
+  const float* g = gs.data<float>();
   if (options_.variant == DpbVariant::kZeta) {
-    // Entry e is distance j - 1 - e: |distance| = d at e = j - 1 -+ d.
-    std::vector<float> gt(static_cast<std::size_t>(heads * j));
-    fold(gs.data(), heads, j - 1, len, j, gt.data());
+    std::vector<float> gt(static_cast<std::size_t>(options_.heads * j));
+    fold(g, options_.heads, j - 1, len, j, gt.data());
     return mlp_backward(options_, m, 0, 1, j, gt.data(), j);
   }
-  return mlp_backward(options_, m, j - 1, -1, len, gs.data(), len);
+  // Only the distances 1 - i .. j - 1 occur (entries j - i .. 2j - 2): the
+  // MLP backward runs on those i + j - 1 inputs (a decode step costs j).
+  return mlp_backward(options_, m, 1 - i, 1, i + j - 1, g + (j - i), len);
 }
 
 TensorMap DynamicPositionBias::backward_table(std::int64_t j, const Tensor& grad_table) const {
