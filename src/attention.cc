@@ -14,6 +14,7 @@
 #include "checks.h"
 #include "kernels/attention_backward.h"
 #include "kernels/attention_fused.h"
+#include "kernels/attention_params.h"
 
 namespace posbias {
 
@@ -161,12 +162,6 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
   return p;
 }
 
-const std::int64_t* strides4(const Tensor& t) { return t.strides().data(); }
-
-}  // namespace
-
-namespace {
-
 // The user's table reversed once per head, so that a row's window reads
 // forwards (increasing key order); the padding covers the vector tail of the
 // last block (at most one vector of 16 floats is read past the 2j - 1
@@ -190,34 +185,35 @@ std::vector<float> reversed_table(const Tensor& table, std::int64_t h, std::int6
   return rtable;
 }
 
-AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tensor& k,
-                                    const Tensor& v, const AttentionBias& bias,
-                                    const AttentionOptions& options, bool want_lse) {
-  const Prepared pr = check(who, q, k, v, bias, options);
-  AttentionForwardResult res;
-  res.out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
-  if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, DType::kFloat32);
-  if (res.out.numel() == 0) return res;
+// The kernels' description of a call, from the checked arguments: the one
+// place that turns the public q, k, v, bias and options into
+// detail::AttentionParams (the forward, the backward and the reference all
+// start from it). Outputs and the backward's inputs are set by the caller.
+struct Described {
+  detail::AttentionParams p;
+  std::vector<float> rtable;  // kTable: the reversed table p.rtable points into
+};
 
-  detail::FusedAttentionParams p;
+Described describe(const Prepared& pr, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const AttentionBias& bias, const AttentionOptions& options) {
+  Described dsc;
+  detail::AttentionParams& p = dsc.p;
   p.dtype = q.dtype();
   p.q = q.raw_data();
   p.k = k.raw_data();
   p.v = v.raw_data();
-  std::copy_n(strides4(q), 4, p.q_stride);
-  std::copy_n(strides4(k), 4, p.k_stride);
-  std::copy_n(strides4(v), 4, p.v_stride);
+  std::copy_n(q.strides().data(), 4, p.q_stride);
+  std::copy_n(k.strides().data(), 4, p.k_stride);
+  std::copy_n(v.strides().data(), 4, p.v_stride);
   p.b = pr.b;
   p.h = pr.h;
-  p.hk = pr.hk;
+  p.hk = k.size(1);  // 0 with h = 0 (nothing to compute; pr.hk is 1 then)
   p.i = pr.i;
   p.j = pr.j;
   p.d = pr.d;
   p.scale = pr.scale;
   p.causal = options.causal;
-  p.out = res.out.raw_mutable_data();
-  if (want_lse) p.lse = res.lse.mutable_data<float>();
-  std::vector<float> rtable;
+  p.q_offset = pr.j - pr.i;  // queries are the last i of the j positions
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
       p.bias = detail::FusedBias::kNone;
@@ -228,8 +224,8 @@ AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tens
       break;
     case AttentionBiasKind::kDistanceTable:
       p.bias = detail::FusedBias::kTable;
-      rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
-      p.rtable = rtable.data();
+      dsc.rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
+      p.rtable = dsc.rtable.data();
       break;
     case AttentionBiasKind::kDense:
       p.bias = detail::FusedBias::kDense;
@@ -237,7 +233,21 @@ AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tens
       std::copy_n(pr.dense_stride, 4, p.dense_stride);
       break;
   }
-  detail::fused_attention(p);
+  return dsc;
+}
+
+AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionBias& bias,
+                                    const AttentionOptions& options, bool want_lse) {
+  const Prepared pr = check(who, q, k, v, bias, options);
+  AttentionForwardResult res;
+  res.out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
+  if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, DType::kFloat32);
+  if (res.out.numel() == 0) return res;
+  Described dsc = describe(pr, q, k, v, bias, options);
+  dsc.p.out = res.out.raw_mutable_data();
+  if (want_lse) dsc.p.lse = res.lse.mutable_data<float>();
+  detail::fused_attention(dsc.p);
   return res;
 }
 
@@ -280,55 +290,31 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
   g.grad_k = Tensor::empty(k.shape(), k.dtype());
   g.grad_v = Tensor::empty(v.shape(), v.dtype());
 
-  detail::AttentionBackwardParams p;
-  p.dtype = q.dtype();
-  p.q = q.raw_data();
-  p.k = k.raw_data();
-  p.v = v.raw_data();
-  p.out = out.raw_data();
+  Described dsc = describe(pr, q, k, v, bias, options);
+  detail::AttentionParams& p = dsc.p;
+  p.saved_out = out.raw_data();
+  std::copy_n(out.strides().data(), 4, p.saved_out_stride);
+  p.saved_lse = lse.data<float>();
+  std::copy_n(lse.strides().data(), 3, p.saved_lse_stride);
   p.dout = grad_out.raw_data();
-  std::copy_n(strides4(q), 4, p.q_stride);
-  std::copy_n(strides4(k), 4, p.k_stride);
-  std::copy_n(strides4(v), 4, p.v_stride);
-  std::copy_n(strides4(out), 4, p.out_stride);
-  std::copy_n(strides4(grad_out), 4, p.dout_stride);
-  p.lse = lse.data<float>();
-  std::copy_n(lse.strides().data(), 3, p.lse_stride);
-  p.b = pr.b;
-  p.h = pr.h;
-  p.hk = k.size(1);
-  p.i = pr.i;
-  p.j = pr.j;
-  p.d = pr.d;
-  p.scale = pr.scale;
-  p.causal = options.causal;
+  std::copy_n(grad_out.strides().data(), 4, p.dout_stride);
   p.dq = g.grad_q.raw_mutable_data();
   p.dk = g.grad_k.raw_mutable_data();
   p.dv = g.grad_v.raw_mutable_data();
-  std::vector<float> rtable;
   std::vector<float> dtable;
   Tensor ddense;
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
-      p.bias = detail::FusedBias::kNone;
       break;
     case AttentionBiasKind::kAlibi:
-      p.bias = detail::FusedBias::kAlibi;
-      p.slopes = bias.slopes.data();
       g.grad_slopes.assign(static_cast<std::size_t>(pr.h), 0.0f);
       p.dslopes = g.grad_slopes.data();
       break;
     case AttentionBiasKind::kDistanceTable:
-      p.bias = detail::FusedBias::kTable;
-      rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
-      p.rtable = rtable.data();
       dtable.assign(static_cast<std::size_t>(pr.h * std::max<std::int64_t>(0, 2 * pr.j - 1)), 0.0f);
       p.dtable = dtable.data();
       break;
     case AttentionBiasKind::kDense:
-      p.bias = detail::FusedBias::kDense;
-      p.dense = bias.dense.data<float>();
-      std::copy_n(pr.dense_stride, 4, p.dense_stride);
       ddense = Tensor::empty({pr.b, pr.h, pr.i, pr.j}, DType::kFloat32);
       p.ddense = ddense.mutable_data<float>();
       break;
@@ -391,6 +377,8 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   const float* kd = kf.data<float>();
   const float* vd = vf.data<float>();
   float* od = outf.mutable_data<float>();
+  // The kernels' description, for the positions and the visible keys.
+  const Described dsc = describe(pr, q, k, v, bias, options);
   const std::int64_t b = pr.b, h = pr.h, i = pr.i, j = pr.j, d = pr.d;
   const std::int64_t group = h / pr.hk;
   const double inf = std::numeric_limits<double>::infinity();
@@ -405,12 +393,12 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
       const std::int64_t hh = (flat / i) % h;
       const std::int64_t bb = flat / (i * h);
       const std::int64_t kvh = hh / group;
-      const std::int64_t qpos = j - i + r;
-      const std::int64_t visible = options.causal ? std::clamp<std::int64_t>(qpos + 1, 0, j) : j;
+      const std::int64_t qpos = detail::query_position(dsc.p, r);
+      const detail::KeyRange visible = detail::visible_keys(dsc.p, qpos);
       const float* qrow = qd + flat * d;
       double mx = -inf;
       bool nan = false;
-      for (std::int64_t c = 0; c < visible; ++c) {
+      for (std::int64_t c = visible.begin; c < visible.end; ++c) {
         const float* krow = kd + ((bb * pr.hk + kvh) * j + c) * d;
         double dot = 0.0;
         for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(qrow[x]) * krow[x];
@@ -446,7 +434,7 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
         continue;
       }
       double sum = 0.0;
-      for (std::int64_t c = 0; c < visible; ++c) {
+      for (std::int64_t c = visible.begin; c < visible.end; ++c) {
         const double e = std::exp(score[static_cast<std::size_t>(c)] - mx);
         sum += e;
         const float* vrow = vd + ((bb * pr.hk + kvh) * j + c) * d;

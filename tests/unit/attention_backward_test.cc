@@ -343,7 +343,7 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
       const AttentionForwardResult fw = attention_forward_lse(in.q, in.k, in.v, in.bias, in.opt);
       for (std::int64_t bq : {1, 3, 16}) {
         for (std::int64_t bk : {1, 7, 16}) {
-          detail::AttentionBackwardParams p;
+          detail::AttentionParams p;
           Tensor dq = Tensor::empty(in.q.shape(), DType::kFloat32);
           Tensor dk = Tensor::empty(in.k.shape(), DType::kFloat32);
           Tensor dv = Tensor::empty(in.v.shape(), DType::kFloat32);
@@ -354,15 +354,15 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
           p.q = in.q.raw_data();
           p.k = in.k.raw_data();
           p.v = in.v.raw_data();
-          p.out = fw.out.raw_data();
+          p.saved_out = fw.out.raw_data();
           p.dout = in.dout.raw_data();
           std::copy_n(in.q.strides().data(), 4, p.q_stride);
           std::copy_n(in.k.strides().data(), 4, p.k_stride);
           std::copy_n(in.v.strides().data(), 4, p.v_stride);
-          std::copy_n(fw.out.strides().data(), 4, p.out_stride);
+          std::copy_n(fw.out.strides().data(), 4, p.saved_out_stride);
           std::copy_n(in.dout.strides().data(), 4, p.dout_stride);
-          p.lse = fw.lse.data<float>();
-          std::copy_n(fw.lse.strides().data(), 3, p.lse_stride);
+          p.saved_lse = fw.lse.data<float>();
+          std::copy_n(fw.lse.strides().data(), 3, p.saved_lse_stride);
           p.b = c.b;
           p.h = c.h;
           p.hk = c.hk;
@@ -371,6 +371,7 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
           p.d = c.d;
           p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
           p.causal = causal;
+          p.q_offset = c.j - c.i;
           p.dq = dq.raw_mutable_data();
           p.dk = dk.raw_mutable_data();
           p.dv = dv.raw_mutable_data();

@@ -352,7 +352,7 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
         const Case c{2, sh.h, sh.hk, sh.i, sh.j, sh.d, kind, causal};
         const Inputs in = make_inputs(c, seed += 10);
         const Tensor ref = attention_reference(in.q, in.k, in.v, in.bias, in.opt);
-        detail::FusedAttentionParams p;
+        detail::AttentionParams p;
         p.q = in.q.raw_data();
         p.k = in.k.raw_data();
         p.v = in.v.raw_data();
@@ -364,6 +364,7 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
         p.b = c.b, p.h = c.h, p.hk = c.hk, p.i = c.i, p.j = c.j, p.d = c.d;
         p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
         p.causal = causal;
+        p.q_offset = c.j - c.i;
         std::vector<float> rtable;
         std::vector<float> dense;
         switch (kind) {

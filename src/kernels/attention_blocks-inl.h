@@ -1,0 +1,446 @@
+// Internal, per instruction set: the per-block steps of attention, shared by
+// the forward (attention_fused.cc) and the backward (attention_backward.cc):
+//
+//   PackRow       a row of any dtype at any stride -> float32 (times a factor)
+//   QKRows        the score tile S = q K^T (register-tiled; ALiBi may be
+//                 added as the tile is stored)
+//   RowBiasOf, BiasMaskMax
+//                 the bias of one query row over one key block, added to its
+//                 scores with the mask of the keys it cannot see (-inf), and
+//                 the row max
+//   OnlineSoftmaxRow (forward)   p = exp(s - m_new), rescale factor, sum
+//   ProbabilityGradRow (backward) p = exp(s - lse), dS = p (dP - D)
+//   MulAddRows    C (=, +=, = alpha C +) A B over strided A: P V and the
+//                 backward's gradient products
+//
+// and the row store is store_floats (float_store.h). Everything here is
+// inline: the two kernel files each compile it for every target.
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_
+#undef POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_
+#else
+#define POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_
+#endif
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/attention_params.h"
+#include "posbias/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Names are unique across src/kernels (every kernel file shares
+// HWY_NAMESPACE; a clash of inline members is an ODR violation).
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register tile: rows x vectors. AVX-512 has 32 vector registers, AVX2 and
+// SSE 16.
+constexpr int kAttnRows = 4;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kAttnVecs = 4;
+#else
+constexpr int kAttnVecs = 2;
+#endif
+
+constexpr float kAttnNegInf = -std::numeric_limits<float>::infinity();
+
+HWY_INLINE std::int64_t AttnLanes(DF df) { return static_cast<std::int64_t>(hn::Lanes(df)); }
+
+// x rounded up to whole vectors.
+HWY_INLINE std::int64_t AttnRoundUp(DF df, std::int64_t x) {
+  return static_cast<std::int64_t>(
+      hwy::RoundUpTo(static_cast<std::size_t>(x), static_cast<std::size_t>(AttnLanes(df))));
+}
+
+template <typename T>
+HWY_INLINE float AttnToF(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return to_float(x);
+  }
+}
+
+// dst[0..n) = mul * src[0, stride, 2 stride, ...] as float32.
+template <typename T>
+HWY_INLINE void PackRowT(const T* src, std::int64_t stride, std::int64_t n, float mul, float* dst) {
+  if (stride == 1) {
+    for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * AttnToF(src[x]);
+  } else {
+    for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * AttnToF(src[x * stride]);
+  }
+}
+
+// dst[0..n) = mul * base[offset + x * stride] (of dtype dt) as float32.
+inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_t stride,
+                    std::int64_t n, float mul, float* dst) {
+  switch (dt) {
+    case DType::kFloat32:
+      PackRowT(static_cast<const float*>(base) + offset, stride, n, mul, dst);
+      break;
+    case DType::kBFloat16:
+      PackRowT(static_cast<const bfloat16*>(base) + offset, stride, n, mul, dst);
+      break;
+    case DType::kFloat16:
+      PackRowT(static_cast<const float16*>(base) + offset, stride, n, mul, dst);
+      break;
+  }
+}
+
+// exp(x) for x = score - row max (or - lse) <= 0, flushed to 0 below -40
+// (and for -inf). Every row has one term exp(0) = 1, so terms below e^-40 =
+// 4e-18 change neither the sum nor the output in float32; flushing them
+// keeps subnormal numbers (which x86 handles in microcode at ~100 cycles
+// each) out of Exp and out of the P V products, where far-away ALiBi keys
+// (x around -1000) would otherwise produce them all the time. hn::Exp
+// returns 0 for NaN (its range test x >= -104 is false).
+HWY_INLINE VF ExpFlushed(DF df, VF x) {
+  const VF lo = hn::Set(df, -40.0f);
+  const auto under = hn::Lt(x, lo);
+  return hn::IfThenZeroElse(under, hn::Exp(df, hn::IfThenElse(under, lo, x)));
+}
+
+// ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
+// score (a NaN key, bias entry or +inf - +inf) when the row max is finite.
+HWY_INLINE VF SafeExp(DF df, VF x) { return hn::IfThenElse(hn::IsNaN(x), x, ExpFlushed(df, x)); }
+
+// ALiBi folded into the score tile's store: row r of the tile adds
+// neg_slope * |x + lane - row_off[r]| to column x + lane, where row_off[r] is
+// the row's ALiBi anchor minus the block's first key (see RowBiasOf). The
+// distances are exact integers in float32 and the add is the same
+// single-rounding FMA as BiasMaskMax's, so the scores are bit for bit those
+// of the separate pass, without its load and store of every score.
+struct AlibiFold {
+  const float* row_off = nullptr;  // per row of the tile
+  float neg_slope = 0.0f;
+};
+
+// S[r][x..x + V N) for rows [0, R) of q (row stride ldq) against kt (rows of
+// ld floats, one per element of d); with kAlibi, plus the ALiBi bias of
+// `fold`.
+template <int R, int V, bool kAlibi>
+HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
+                       const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
+                       float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
+  }
+  for (std::int64_t kk = 0; kk < d; ++kk) {
+    const float* krow = kt + kk * ld + x;
+    VF kv[V];
+    for (int u = 0; u < V; ++u) kv[u] = hn::LoadU(df, krow + u * n);
+    for (int r = 0; r < R; ++r) {
+      const VF qv = hn::Set(df, q[r * ldq + kk]);
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
+    }
+  }
+  if constexpr (kAlibi) {
+    const VF neg_slope = hn::Set(df, fold.neg_slope);
+    VF col[V];
+    for (int u = 0; u < V; ++u) {
+      col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(x + u * n)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const VF off = hn::Set(df, fold.row_off[r]);
+      for (int u = 0; u < V; ++u) {
+        acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, s + r * lds + x + u * n);
+  }
+}
+
+// S rows [0, R) over columns [0, cols) (a multiple of the vector length);
+// s is vector aligned and lds a multiple of the vector length.
+template <int R, bool kAlibi>
+HWY_INLINE void QKRows(DF df, const float* q, std::int64_t ldq, std::int64_t d, const float* kt,
+                       std::int64_t ld, std::int64_t cols, float* s, std::int64_t lds,
+                       const AlibiFold& fold) {
+  const std::int64_t n = AttnLanes(df);
+  std::int64_t x = 0;
+  for (; x + kAttnVecs * n <= cols; x += kAttnVecs * n) {
+    QKTile<R, kAttnVecs, kAlibi>(df, q, ldq, d, kt, ld, x, s, lds, fold);
+  }
+  for (; x < cols; x += n) QKTile<R, 1, kAlibi>(df, q, ldq, d, kt, ld, x, s, lds, fold);
+}
+
+// Every row of S = q K^T (no bias) for `rows` rows.
+HWY_INLINE void QKAllRows(DF df, std::int64_t rows, const float* q, std::int64_t ldq,
+                          std::int64_t d, const float* kt, std::int64_t ld, std::int64_t cols,
+                          float* s, std::int64_t lds) {
+  const AlibiFold none;
+  std::int64_t r = 0;
+  for (; r + kAttnRows <= rows; r += kAttnRows) {
+    QKRows<kAttnRows, false>(df, q + r * ldq, ldq, d, kt, ld, cols, s + r * lds, lds, none);
+  }
+  for (; r < rows; ++r) {
+    QKRows<1, false>(df, q + r * ldq, ldq, d, kt, ld, cols, s + r * lds, lds, none);
+  }
+}
+
+// How MulAddTile starts C.
+enum class TileInit : std::uint8_t {
+  kZero,   // C = A B
+  kAdd,    // C += A B
+  kScale,  // C = alpha[r] C + A B
+};
+
+// C[r][0 .. V N) for rows [0, R): A is read through two strides (row
+// a_row, inner index a_t), so transposed operands need no copy; B rows
+// (stride ldb) and C rows (stride ldc) may be unaligned.
+template <int R, int V>
+HWY_INLINE void MulAddTile(DF df, const float* HWY_RESTRICT a, std::int64_t a_row, std::int64_t a_t,
+                           const float* HWY_RESTRICT b, std::int64_t ldb, std::int64_t t_count,
+                           TileInit init, const float* alpha, float* HWY_RESTRICT c,
+                           std::int64_t ldc) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) {
+      if (init == TileInit::kZero) {
+        acc[r][u] = hn::Zero(df);
+      } else if (init == TileInit::kAdd) {
+        acc[r][u] = hn::LoadU(df, c + r * ldc + u * n);
+      } else {
+        acc[r][u] = hn::Mul(hn::Set(df, alpha[r]), hn::LoadU(df, c + r * ldc + u * n));
+      }
+    }
+  }
+  for (std::int64_t t = 0; t < t_count; ++t) {
+    VF bv[V];
+    for (int u = 0; u < V; ++u) bv[u] = hn::LoadU(df, b + t * ldb + u * n);
+    for (int r = 0; r < R; ++r) {
+      const VF av = hn::Set(df, a[r * a_row + t * a_t]);
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(av, bv[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) hn::StoreU(acc[r][u], df, c + r * ldc + u * n);
+  }
+}
+
+// MulAddTile over columns [0, cols) (a multiple of the vector length), VW
+// vectors at a time.
+template <int R, int VW = kAttnVecs>
+HWY_INLINE void MulAddRowsOf(DF df, const float* a, std::int64_t a_row, std::int64_t a_t,
+                             const float* b, std::int64_t ldb, std::int64_t t_count, TileInit init,
+                             const float* alpha, float* c, std::int64_t ldc, std::int64_t cols) {
+  const std::int64_t n = AttnLanes(df);
+  std::int64_t x = 0;
+  for (; x + VW * n <= cols; x += VW * n) {
+    MulAddTile<R, VW>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
+  }
+  for (; x < cols; x += n) {
+    MulAddTile<R, 1>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
+  }
+}
+
+// C[rows][cols] (+)= A[rows][t_count] B[t_count][cols] (init kZero or
+// kAdd); cols a multiple of the vector length.
+HWY_INLINE void MulAddRows(DF df, std::int64_t rows, std::int64_t cols, std::int64_t t_count,
+                           const float* a, std::int64_t a_row, std::int64_t a_t, const float* b,
+                           std::int64_t ldb, TileInit init, float* c, std::int64_t ldc) {
+  std::int64_t r = 0;
+  for (; r + kAttnRows <= rows; r += kAttnRows) {
+    MulAddRowsOf<kAttnRows>(df, a + r * a_row, a_row, a_t, b, ldb, t_count, init, nullptr,
+                            c + r * ldc, ldc, cols);
+  }
+  for (; r < rows; ++r) {
+    MulAddRowsOf<1>(df, a + r * a_row, a_row, a_t, b, ldb, t_count, init, nullptr, c + r * ldc, ldc,
+                    cols);
+  }
+}
+
+// The bias of one query row over the key block starting at key c0.
+struct RowBias {
+  FusedBias kind = FusedBias::kNone;  // kNone also when the tile added ALiBi
+  float neg_slope = 0.0f;
+  std::int64_t alibi_rel0 = 0;    // kAlibi: signed distance of column 0
+  const float* window = nullptr;  // kTable: the row's entries from column 0
+  const float* dense = nullptr;   // kDense: column 0 of the row
+  std::int64_t dense_step = 0;    // kDense: between columns
+};
+
+// The ALiBi distance anchor of a query position. With `from_first_key`,
+// rows before the first key (qpos < 0, non-causal i > j) use -slope * c
+// instead of -slope * (c - qpos): the same softmax (a per-row constant), but
+// scores near 0 rather than around -slope * |qpos|, where float32 would
+// round them to the ulp of hundreds (the forward; its lse adds the constant
+// back). The backward recomputes the true scores against the true lse.
+HWY_INLINE std::int64_t AlibiAnchor(std::int64_t qpos, bool from_first_key) {
+  return from_first_key ? std::max<std::int64_t>(qpos, 0) : qpos;
+}
+
+// Row qr (position qpos) of head hh, batch bb, over the block at key c0, of
+// which it sees `lim` keys (0: no bias is read); `alibi_added`: the score
+// tile already added ALiBi.
+HWY_INLINE RowBias RowBiasOf(const AttentionParams& p, std::int64_t bb, std::int64_t hh,
+                             std::int64_t qr, std::int64_t qpos, std::int64_t c0, std::int64_t lim,
+                             bool alibi_from_first_key, bool alibi_added) {
+  RowBias rb;
+  rb.kind = alibi_added ? FusedBias::kNone : p.bias;
+  if (lim == 0) return rb;  // a table window would start outside the table
+  switch (rb.kind) {
+    case FusedBias::kNone:
+      break;
+    case FusedBias::kAlibi:
+      rb.neg_slope = -p.slopes[hh];
+      // |value| < 2^24 keeps the float32 distances exact.
+      rb.alibi_rel0 = c0 - AlibiAnchor(qpos, alibi_from_first_key);
+      break;
+    case FusedBias::kTable:
+      rb.window = p.rtable + hh * p.rtable_stride + table_index(p, c0 - qpos);
+      break;
+    case FusedBias::kDense:
+      rb.dense = p.dense + bb * p.dense_stride[0] + hh * p.dense_stride[1] +
+                 qr * p.dense_stride[2] + c0 * p.dense_stride[3];
+      rb.dense_step = p.dense_stride[3];
+      break;
+  }
+  return rb;
+}
+
+// |distance| of columns [x, x + N) from the row's ALiBi anchor (exact).
+HWY_INLINE VF AlibiDistance(DF df, const RowBias& rb, std::int64_t x) {
+  return hn::Abs(hn::Add(hn::Set(df, static_cast<float>(rb.alibi_rel0 + x)), hn::Iota(df, 0.0f)));
+}
+
+// Adds the row's bias to scores s over columns [0, cols) (aligned, a
+// multiple of the vector length) of which the first `lim` are visible,
+// masks the others with -inf, and returns the row max. Only the vectors
+// holding visible keys are touched: the rest of the row is never read.
+HWY_INLINE float BiasMaskMax(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                             float* HWY_RESTRICT s) {
+  const std::int64_t n = AttnLanes(df);
+  // A row that sees no key of this block reads nothing (with i > j a
+  // distance-table window would start outside the table).
+  if (lim == 0) return kAttnNegInf;
+  if (rb.kind == FusedBias::kDense) {
+    if (rb.dense_step == 1) {
+      for (std::int64_t c = 0; c < lim; ++c) s[c] += rb.dense[c];
+    } else {
+      for (std::int64_t c = 0; c < lim; ++c) s[c] += rb.dense[c * rb.dense_step];
+    }
+  }
+  VF vmax = hn::Set(df, kAttnNegInf);
+  const VF neg_slope = hn::Set(df, rb.neg_slope);
+  const std::int64_t span = std::min(cols, AttnRoundUp(df, lim));
+  // One loop per bias kind (no branch inside); the masked tail is at most
+  // one vector and handled after.
+  const std::int64_t full = std::min(span, lim - lim % n);
+  if (rb.kind == FusedBias::kAlibi) {
+    VF dist = hn::Add(hn::Set(df, static_cast<float>(rb.alibi_rel0)), hn::Iota(df, 0.0f));
+    const VF step = hn::Set(df, static_cast<float>(n));
+    for (std::int64_t x = 0; x < full; x += n) {
+      const VF v = hn::MulAdd(neg_slope, hn::Abs(dist), hn::Load(df, s + x));
+      hn::Store(v, df, s + x);
+      vmax = hn::Max(vmax, v);
+      dist = hn::Add(dist, step);
+    }
+  } else if (rb.kind == FusedBias::kTable) {
+    for (std::int64_t x = 0; x < full; x += n) {
+      const VF v = hn::Add(hn::Load(df, s + x), hn::LoadU(df, rb.window + x));
+      hn::Store(v, df, s + x);
+      vmax = hn::Max(vmax, v);
+    }
+  } else {
+    for (std::int64_t x = 0; x < full; x += n) vmax = hn::Max(vmax, hn::Load(df, s + x));
+  }
+  for (std::int64_t x = full; x < span; x += n) {
+    VF v = hn::Load(df, s + x);
+    if (rb.kind == FusedBias::kAlibi) {
+      v = hn::MulAdd(neg_slope, AlibiDistance(df, rb, x), v);
+    } else if (rb.kind == FusedBias::kTable) {
+      v = hn::Add(v, hn::LoadU(df, rb.window + x));
+    }
+    const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
+    v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(keep)), v, hn::Set(df, kAttnNegInf));
+    hn::Store(v, df, s + x);
+    vmax = hn::Max(vmax, v);
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, vmax));
+}
+
+// Forward, one row's online-softmax update with this block's biased and
+// masked scores s (first `lim` visible, row max `row_max`): s becomes
+// p = exp(s - m_new) over the visible vectors; m, l move to the new max and
+// sum; returns the factor exp(m_old - m_new) for the row's accumulated O.
+// A row without a finite score yet contributes nothing (its `lim` becomes
+// 0); a NaN score makes its l NaN.
+HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& lim, float row_max,
+                                  float& m, float& l) {
+  const float m_old = m;
+  const float m_new = std::max(m_old, row_max);
+  if (m_new == kAttnNegInf) {
+    // The vector max may have dropped NaN scores (x86 max returns one
+    // operand), so look for them: they poison the row's sum.
+    for (std::int64_t c = 0; c < lim; ++c) {
+      if (std::isnan(s[c])) l = std::numeric_limits<float>::quiet_NaN();
+    }
+    lim = 0;
+    return 1.0f;
+  }
+  const float alpha = m_old == kAttnNegInf ? 0.0f : std::exp(m_old - m_new);
+  const VF vm = hn::Set(df, m_new);
+  VF sum = hn::Zero(df);
+  const std::int64_t span = AttnRoundUp(df, lim);
+  for (std::int64_t x = 0; x < span; x += AttnLanes(df)) {
+    const VF e = SafeExp(df, hn::Sub(hn::Load(df, s + x), vm));
+    hn::Store(e, df, s + x);
+    sum = hn::Add(sum, e);
+  }
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
+  m = m_new;
+  return alpha;
+}
+
+// Backward, one row over a block of cols columns (a multiple of the vector
+// length): s (biased, masked scores) becomes P = exp(s - lse) and dp (dO V^T)
+// becomes dS = P (dP - delta) on the first `lim` columns, both 0 after.
+// Returns sum of dS * -|distance| for the ALiBi slope gradient (0 unless
+// kAlibi).
+HWY_INLINE float ProbabilityGradRow(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                                    float lse, float delta, float* HWY_RESTRICT s,
+                                    float* HWY_RESTRICT dp) {
+  const std::int64_t n = AttnLanes(df);
+  const VF vlse = hn::Set(df, lse);
+  const VF vdelta = hn::Set(df, delta);
+  VF slope_grad = hn::Zero(df);
+  const std::int64_t span = AttnRoundUp(df, lim);
+  for (std::int64_t x = 0; x < span; x += n) {
+    const auto keep = hn::FirstN(df, static_cast<std::size_t>(lim - x));
+    const VF pv = hn::IfThenElseZero(keep, ExpFlushed(df, hn::Sub(hn::Load(df, s + x), vlse)));
+    const VF dsv = hn::IfThenElseZero(keep, hn::Mul(pv, hn::Sub(hn::Load(df, dp + x), vdelta)));
+    hn::Store(pv, df, s + x);
+    hn::Store(dsv, df, dp + x);
+    if (rb.kind == FusedBias::kAlibi) {
+      slope_grad = hn::NegMulAdd(dsv, AlibiDistance(df, rb, x), slope_grad);
+    }
+  }
+  for (std::int64_t x = span; x < cols; ++x) s[x] = dp[x] = 0.0f;
+  return rb.kind == FusedBias::kAlibi ? hn::GetLane(hn::SumOfLanes(df, slope_grad)) : 0.0f;
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_ toggle
