@@ -1,15 +1,10 @@
 #include "bench_suite.h"
 
 #include <omp.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <memory>
@@ -18,6 +13,7 @@
 #include <stdexcept>
 
 #include "baselines.h"
+#include "child_measure.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -413,80 +409,33 @@ AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i
           random_tensor({1, hk, j, d}, 3)};
 }
 
-// A field of /proc/self/status in bytes (VmRSS, VmHWM: reported in kB), or
-// -1 if unavailable.
-double proc_status_bytes(const char* field) {
-  std::ifstream status("/proc/self/status");
-  const std::string prefix = std::string(field) + ":";
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(prefix, 0) == 0)
-      return std::strtod(line.c_str() + prefix.size(), nullptr) * 1024.0;
-  }
-  return -1;
-}
-
 // Peak resident memory of attention at [1, h, n, n, d] (causal ALiBi), run
-// in a child process so that nothing else this process holds counts.
-// The child measures itself: a small call first (code pages, OpenMP
-// threads), then it resets its high-water mark (clear_refs 5), reads VmRSS,
-// allocates q, k, v, makes the call and reads VmHWM; the difference comes
-// back through a pipe. (Subtracting the parent's RSS from the child's
-// ru_maxrss, as before, was systematically low: a forked child counts only
-// the pages it touches, while the parent's RSS includes file-backed pages.)
-// Returns {peak bytes above the child's RSS before the inputs, or -1 with
-// `error` set; bytes of q, k, v and out}.
+// in a child process so that nothing else this process holds counts
+// (child_measure.h): a small call first (code pages, OpenMP threads), then
+// the peak restarts, q, k, v are allocated and the call is made. Returns
+// {peak bytes above the child's RSS before the inputs, or -1 with `error`
+// set; bytes of q, k, v and out}.
 std::pair<double, double> attention_peak_memory(std::int64_t h, std::int64_t n, std::int64_t d,
                                                 std::string* error) {
   const double io = 4.0 * static_cast<double>(h * n * d) * sizeof(float);
-  int fds[2];
-  if (pipe(fds) != 0) {
-    *error = std::string("pipe: ") + std::strerror(errno);
-    return {-1, io};
-  }
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    double peak = -1;
-    try {
-      AttentionOptions opt;
-      opt.causal = true;
-      {
-        AttentionInputs small = attention_inputs(h, h, 64, 64, d);
-        Tensor warm = attention_forward(small.q, small.k, small.v,
-                                        AttentionBias::alibi(alibi_slopes(h)), opt);
-      }
-      {
-        std::ofstream clear("/proc/self/clear_refs");
-        clear << "5";
-      }
-      const double start = proc_status_bytes("VmRSS");
-      AttentionInputs in = attention_inputs(h, h, n, n, d);
-      Tensor out = attention_forward(in.q, in.k, in.v, AttentionBias::alibi(alibi_slopes(h)), opt);
-      const double high = proc_status_bytes("VmHWM");
-      if (start >= 0 && high >= 0 && out.numel() > 0) peak = high - start;
-    } catch (...) {
-      peak = -1;
+  const ChildResult run = run_in_child([&](ChildReport& report) {
+    AttentionOptions opt;
+    opt.causal = true;
+    {
+      AttentionInputs small = attention_inputs(h, h, 64, 64, d);
+      Tensor warm =
+          attention_forward(small.q, small.k, small.v, AttentionBias::alibi(alibi_slopes(h)), opt);
     }
-    const bool sent = write(fds[1], &peak, sizeof peak) == static_cast<ssize_t>(sizeof peak);
-    _exit(sent && peak >= 0 ? 0 : 1);
-  }
-  close(fds[1]);
-  if (pid < 0) {
-    *error = std::string("fork: ") + std::strerror(errno);
-    close(fds[0]);
+    report.restart_peak();
+    AttentionInputs in = attention_inputs(h, h, n, n, d);
+    Tensor out = attention_forward(in.q, in.k, in.v, AttentionBias::alibi(alibi_slopes(h)), opt);
+    if (out.numel() == 0) throw std::runtime_error("empty output");
+  });
+  if (!run.ok || run.peak_growth < 0) {
+    *error = run.ok ? "could not read /proc/self/status" : run.error;
     return {-1, io};
   }
-  double peak = -1;
-  const bool got = read(fds[0], &peak, sizeof peak) == static_cast<ssize_t>(sizeof peak);
-  close(fds[0]);
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !got ||
-      peak < 0) {
-    *error = "the child process failed or could not read /proc/self/status";
-    return {-1, io};
-  }
-  return {peak, io};
+  return {run.peak_growth, io};
 }
 
 std::vector<CaseResult> attention_suite(const BenchOptions& o) {
@@ -718,8 +667,6 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
 
 }  // namespace
 
-std::vector<std::string> suite_names() { return {"alibi", "dpb", "attention"}; }
-
 std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& options,
                                   std::ostream& out) {
   if (options.repetitions < 1 || options.warmup < 0) {
@@ -735,9 +682,8 @@ std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& 
   } else if (suite == "attention") {
     results = attention_suite(options);
   } else {
-    std::string names;
-    for (const auto& n : suite_names()) names += (names.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown benchmark suite '" + suite + "' (known: " + names + ")");
+    throw std::invalid_argument("unknown benchmark suite '" + suite + "' (known: " + suite_list() +
+                                ")");
   }
   if (options.json) {
     for (const CaseResult& r : results) print_json(r, out);

@@ -9,14 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace posbias::bench {
+#include "bench_options.h"
 
-struct BenchOptions {
-  int repetitions = 11;   // timed runs per case (median reported)
-  int warmup = 2;         // untimed runs first
-  bool json = false;      // JSON lines instead of a table
-  bool quick = false;     // smaller sizes (for tests of the harness itself)
-};
+namespace posbias::bench {
 
 struct CaseResult {
   std::string name;                        // e.g. "alibi_h16_n4096_f32"
@@ -27,10 +22,7 @@ struct CaseResult {
   std::string error;  // set when the measurement is known to be broken
 };
 
-// Names of the suites run_suite accepts ("alibi", ...).
-std::vector<std::string> suite_names();
-
-// Runs a suite and writes its report to `out`: one JSON object per line per
+// Runs a suite (one of suite_names()) and writes its report to `out`: one JSON object per line per
 // case with at least "case", "median_ms" and "baselines" (then the extra
 // figures, "threads", "note", and "error" for a broken measurement; figures
 // that are not finite are null) when options.json, else a readable table. Throws std::invalid_argument for an unknown suite.

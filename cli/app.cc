@@ -7,7 +7,9 @@
 // memory, output not writable); 2 bad arguments or input: a command-line
 // error, a value the library refuses (std::invalid_argument,
 // std::length_error), an unreadable or malformed golden file, a file named by
-// an option (--weights, --save, --inputs) that cannot be read or written.
+// an option (--weights, --save, --inputs) that cannot be read or written, a
+// program the command runs that is not built (posbias-bench). `posbias
+// bench` passes posbias-bench's own exit code through.
 // Every error is one line on `err`, "posbias: error: ...".
 #include "app.h"
 
@@ -20,6 +22,7 @@
 #include "commands.h"
 #include "golden_check.h"
 #include "posbias/version.h"
+#include "run_program.h"
 
 namespace posbias::cli {
 namespace {
@@ -54,6 +57,8 @@ int run_command(const Command& command, std::ostream& out, std::ostream& err) {
   } catch (const std::out_of_range& e) {
     return report_error(err, e.what(), kExitUsage);
   } catch (const GoldenFileError& e) {
+    return report_error(err, e.what(), kExitUsage);
+  } catch (const MissingProgramError& e) {
     return report_error(err, e.what(), kExitUsage);
   } catch (const std::bad_alloc&) {
     return report_error(err, "out of memory", kExitFailure);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "options.h"
 #include "posbias/tensor.h"
 
 namespace posbias::cli {
@@ -68,31 +69,6 @@ void add_seed_option(CLI::App& sub, std::string& seed, const std::string& help);
 /// becomes std::invalid_argument naming the option and the path (exit 2).
 void file_argument(const std::string& option, const std::string& path,
                    const std::function<void()>& io);
-
-/// A CLI11 validator for integer options: rejects values that do not fit in
-/// int64 (CLI11 2.1 would silently saturate them).
-const CLI::Validator& int64_in_range();
-
-/// A CLI11 validator that rejects an empty value. CLI11 2.1 converts "" to 0
-/// (`--heads ""`) or to "not given" (`--total-heads ""` into a std::optional)
-/// without a word; no option of the tool means anything by an empty value.
-const CLI::Validator& non_empty_value();
-
-/// Adds non_empty_value() to every option of every subcommand of `app` that
-/// takes a value (flags take none). Called once all commands are added.
-void refuse_empty_values(CLI::App& app);
-
-/// `name` on `sub`: numbers separated by commas ("0.5,0.25"), also given as
-/// several arguments or by repeating the option, appended to `values` in
-/// order. Parsed here, not by CLI11 2.1's delimiter, which drops empty items
-/// ("0.5,,0.25" would be two slopes): an empty item, one that is not a number
-/// of the type, or a float past float32's range is a CLI::ValidationError
-/// naming the option and the item (exit code 2).
-CLI::Option* add_float_list_option(CLI::App& sub, const std::string& name,
-                                   std::vector<float>& values, const std::string& help);
-/// The same for 64-bit integers (an item past int64 is refused, not saturated).
-CLI::Option* add_int64_list_option(CLI::App& sub, const std::string& name,
-                                   std::vector<std::int64_t>& values, const std::string& help);
 
 }  // namespace posbias::cli
 

@@ -1,14 +1,12 @@
-// `posbias demo`, `posbias check-golden` and `posbias bench`: the command-line
-// side of work done in demo.cc, golden_check.cc and benchmarks/bench_suite.cc.
+// `posbias demo` and `posbias check-golden`: the command-line side of work
+// done in demo.cc and golden_check.cc.
 #include <unistd.h>
 
-#include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
-#include "bench_suite.h"
 #include "commands.h"
 #include "demo.h"
 #include "golden_check.h"
@@ -97,54 +95,6 @@ Command add_check_golden_command(CLI::App& app) {
             }
             out << report.summary() << "\n";
             return report.failed() > 0 ? 1 : 0;
-          }};
-}
-
-Command add_bench_command(CLI::App& app) {
-  struct Args {
-    std::string suite;
-    bench::BenchOptions options;
-  };
-  auto args = std::make_shared<Args>();
-  std::string suites;
-  for (const std::string& name : bench::suite_names()) {
-    suites += (suites.empty() ? "" : ", ") + name;
-  }
-  CLI::App* sub = app.add_subcommand("bench", "Time a benchmark suite (" + suites + ")");
-  sub->footer(
-      "Reports medians over repeated runs after a warm-up, each with the medians of\n"
-      "its baselines measured in the same run. --json prints one object per line\n"
-      "per case (case, median_ms, baselines), a stable interface for dashboards.\n"
-      "Exit code 1 when a case's measurement is known to be broken (its \"error\",\n"
-      "also named on stderr).");
-  sub->add_option("suite", args->suite, "The suite to run: " + suites)->required();
-  sub->add_flag("--json", args->options.json,
-                "One JSON object per line per case, with case, median_ms and baselines");
-  sub->add_option("--repetitions", args->options.repetitions,
-                  "Timed runs per case (>= 1); the median is reported")
-      ->default_str(std::to_string(args->options.repetitions));
-  sub->add_option("--warmup", args->options.warmup, "Untimed runs first (>= 0)")
-      ->default_str(std::to_string(args->options.warmup));
-  sub->add_flag("--quick", args->options.quick, "Smaller sizes (to test the harness)");
-  return {sub, [args](std::ostream& out) {
-            if (args->options.repetitions < 1) {
-              throw std::invalid_argument("--repetitions must be >= 1, got " +
-                                          std::to_string(args->options.repetitions));
-            }
-            if (args->options.warmup < 0) {
-              throw std::invalid_argument("--warmup must be >= 0, got " +
-                                          std::to_string(args->options.warmup));
-            }
-            // A case whose measurement is known to be broken (its "error")
-            // fails the run: exit 1, one line per such case on stderr.
-            int status = 0;
-            for (const bench::CaseResult& r : bench::run_suite(args->suite, args->options, out)) {
-              if (r.error.empty()) continue;
-              std::cerr << "posbias bench: " << r.name << " could not be measured: " << r.error
-                        << "\n";
-              status = 1;
-            }
-            return status;
           }};
 }
 

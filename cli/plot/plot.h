@@ -1,7 +1,7 @@
 // Heatmaps of biases, for `posbias alibi|dpb|t5 --plot FILE` and the demo:
 // one panel per head in a grid, one shared colour scale with a colour bar,
 // axis labels and tick labels, a title per panel and for the figure. PNG
-// (libpng; text from a 5x7 bitmap font of our own, cli/plot_font.cc) or SVG
+// (libpng; text from a 5x7 bitmap font of our own, cli/plot/plot_font.cc) or SVG
 // (text as SVG text, the heatmaps as embedded PNG images drawn pixelated).
 //
 // Large matrices are reduced by block mean to at most kMaxCells x kMaxCells

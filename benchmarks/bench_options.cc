@@ -1,0 +1,61 @@
+#include "bench_options.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace posbias::bench {
+
+std::vector<std::string> suite_names() { return {"alibi", "dpb", "attention"}; }
+
+std::string suite_list() {
+  std::string names;
+  for (const std::string& name : suite_names()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+std::string bench_description() { return "Time a benchmark suite (" + suite_list() + ")"; }
+
+void add_bench_arguments(CLI::App& app, BenchArgs& args) {
+  app.footer(
+      "Reports medians over repeated runs after a warm-up, each with the medians of\n"
+      "its baselines measured in the same run. --json prints one object per line\n"
+      "per case (case, median_ms, baselines), a stable interface for dashboards.\n"
+      "Exit code 1 when a case's measurement is known to be broken (its \"error\",\n"
+      "also named on stderr).");
+  app.add_option("suite", args.suite, "The suite to run: " + suite_list())->required();
+  app.add_flag("--json", args.options.json,
+               "One JSON object per line per case, with case, median_ms and baselines");
+  app.add_option("--repetitions", args.options.repetitions,
+                 "Timed runs per case (>= 1); the median is reported")
+      ->default_str(std::to_string(args.options.repetitions));
+  app.add_option("--warmup", args.options.warmup, "Untimed runs first (>= 0)")
+      ->default_str(std::to_string(args.options.warmup));
+  app.add_flag("--quick", args.options.quick, "Smaller sizes (to test the harness)");
+}
+
+void check_bench_args(const BenchArgs& args) {
+  const std::vector<std::string> names = suite_names();
+  if (std::find(names.begin(), names.end(), args.suite) == names.end()) {
+    throw std::invalid_argument("unknown benchmark suite '" + args.suite +
+                                "' (known: " + suite_list() + ")");
+  }
+  if (args.options.repetitions < 1) {
+    throw std::invalid_argument("--repetitions must be >= 1, got " +
+                                std::to_string(args.options.repetitions));
+  }
+  if (args.options.warmup < 0) {
+    throw std::invalid_argument("--warmup must be >= 0, got " +
+                                std::to_string(args.options.warmup));
+  }
+}
+
+std::vector<std::string> bench_command_line(const BenchArgs& args) {
+  std::vector<std::string> words = {args.suite, "--repetitions",
+                                    std::to_string(args.options.repetitions), "--warmup",
+                                    std::to_string(args.options.warmup)};
+  if (args.options.json) words.push_back("--json");
+  if (args.options.quick) words.push_back("--quick");
+  return words;
+}
+
+}  // namespace posbias::bench
