@@ -2,7 +2,6 @@
 // (PyTorch) and its defining properties, the module's forward against a naive
 // triple loop (bitwise, every dtype, many shapes), the distance table against
 // forward, initialisation, state dicts and bad arguments.
-#include "test_util.h"
 #include "posbias/t5.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +19,7 @@
 
 #include "kernels/toeplitz.h"
 #include "posbias/safetensors.h"
+#include "test_util.h"
 
 namespace posbias {
 namespace {
@@ -455,6 +455,23 @@ TEST(RelativePositionBias, BadArgumentsThrowWithValues) {
   // Too large to allocate: refused before allocating, with the shape.
   EXPECT_THROW(m.forward(std::int64_t{1} << 40, std::int64_t{1} << 40), std::length_error);
   EXPECT_THROW(m.distance_table(std::int64_t{1} << 61), std::length_error);
+}
+
+// 16-bit outputs are the float32 values rounded once, to nearest even
+// (include/posbias/dtype.h): past float16's range that is an infinity.
+TEST(Precision, T5SixteenBitOutputsAreTheFloat32ValuesRoundedOnce) {
+  // T5 with a scale that carries some buckets past float16's range.
+  RelativePositionBias t5(3e4f, /*causal=*/false, 32, 128, 2, /*seed=*/5);
+  const std::vector<float> t32 = t5.forward(2, 2500).to_float_vector();
+  bool saw_inf = false;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    std::vector<float> want(t32.size());
+    for (std::size_t e = 0; e < t32.size(); ++e) want[e] = round_to(dt, t32[e]);
+    const std::vector<float> got = t5.forward(2, 2500, dt).to_float_vector();
+    expect_bits_equal(got, want, "t5 " + dtype_name(dt));
+    for (float x : got) saw_inf = saw_inf || std::isinf(x);
+  }
+  EXPECT_TRUE(saw_inf) << "the T5 case no longer reaches float16's limit";
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Many threads on one module at once (issue 7): every result must equal a
+// Many threads on an ALiBi module at once (issue 7): every result must equal a
 // fresh single-threaded build bit for bit, results already handed out must
 // stay valid while the cache is grown, hit, replaced, cleared and retyped,
-// and ThreadSanitizer must report nothing (scripts/test.sh runs this file's
-// tests, prefix "Concurrency", in a -fsanitize=thread build).
+// and ThreadSanitizer must report nothing (the *_concurrency_test.cc files
+// also make posbias_concurrency_tests, which a -fsanitize=thread build runs:
+// ctest -L sanitize, scripts/test.sh).
 //
 // The threads here are std::threads. Under TSan the OpenMP team inside the
 // kernels is kept at one thread (OMP_NUM_THREADS=1 in scripts/test.sh):
@@ -11,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -20,22 +20,14 @@
 #include <vector>
 
 #include "posbias/alibi.h"
-#include "posbias/attention.h"
-#include "posbias/dpb.h"
 #include "posbias/slopes.h"
-#include "posbias/t5.h"
 #include "posbias/tensor.h"
+#include "test_util.h"
 
 namespace posbias {
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    if (float_bits(a[k]) != float_bits(b[k])) return false;
-  }
-  return true;
-}
+using test::same_bits;
 
 constexpr int kThreads = 8;
 constexpr int kAlibiIterations = 150;
@@ -160,116 +152,6 @@ TEST(Concurrency, AlibiBiasBuilderAndFreeFunctions) {
         std::vector<float> into(static_cast<std::size_t>(6 * n * (n + 3)));
         alibi_bias_into(slopes, 6, n, n + 3, DType::kFloat32, into.data());
         if (!same_bits(into, alibi_bias(slopes, 6, n, n + 3).to_float_vector())) ++failures;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
-}
-
-TEST(Concurrency, DynamicPositionBiasConstCallsFromManyThreads) {
-  DpbOptions xt;
-  xt.variant = DpbVariant::kXTransformers;
-  xt.dim = 16;
-  xt.heads = 4;
-  xt.depth = 2;
-  xt.log_distance = true;
-  xt.norm = true;
-  const DynamicPositionBias zeta(16, 4, /*seed=*/3);
-  const DynamicPositionBias xtr(xt, /*seed=*/4);
-  struct Want {
-    std::vector<float> zf, xf, zt, xt, zb;
-  };
-  std::vector<Want> want;
-  for (std::int64_t j = 1; j <= 24; ++j) {
-    const std::int64_t i = (j + 1) / 2;
-    want.push_back({zeta.forward(i, j).to_float_vector(), xtr.forward(i, j).to_float_vector(),
-                    zeta.distance_table(j).to_float_vector(),
-                    xtr.distance_table(j).to_float_vector(),
-                    zeta.forward(i, j, DType::kBFloat16).to_float_vector()});
-  }
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int it = 0; it < 60; ++it) {
-        const std::int64_t j = 1 + (t * 5 + it * 3) % 24;
-        const std::int64_t i = (j + 1) / 2;
-        const Want& w = want[static_cast<std::size_t>(j - 1)];
-        if (!same_bits(zeta.forward(i, j).to_float_vector(), w.zf)) ++failures;
-        if (!same_bits(xtr.forward(i, j).to_float_vector(), w.xf)) ++failures;
-        if (!same_bits(zeta.distance_table(j).to_float_vector(), w.zt)) ++failures;
-        if (!same_bits(xtr.distance_table(j).to_float_vector(), w.xt)) ++failures;
-        if (!same_bits(zeta.forward(i, j, DType::kBFloat16).to_float_vector(), w.zb)) {
-          ++failures;
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
-}
-
-TEST(Concurrency, RelativePositionBiasConstCallsFromManyThreads) {
-  const RelativePositionBias t5(0.5f, /*causal=*/false, 32, 128, 4, /*seed=*/9);
-  std::vector<std::vector<float>> want;
-  for (std::int64_t j = 1; j <= 30; ++j) want.push_back(t5.forward(j / 2, j).to_float_vector());
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int it = 0; it < 80; ++it) {
-        const std::int64_t j = 1 + (t * 11 + it) % 30;
-        if (!same_bits(t5.forward(j / 2, j).to_float_vector(),
-                       want[static_cast<std::size_t>(j - 1)])) {
-          ++failures;
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failures.load(), 0);
-}
-
-Tensor random_tensor(const std::vector<std::int64_t>& shape, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Tensor t = Tensor::empty(shape, DType::kFloat32);
-  float* p = t.mutable_data<float>();
-  for (std::int64_t k = 0; k < t.numel(); ++k) p[k] = u(rng);
-  return t;
-}
-
-TEST(Concurrency, AttentionForwardFromSeveralThreads) {
-  // Several threads run the fused kernel at once on shared inputs (read
-  // only), each with its own bias kind; each result equals the result of
-  // the same call made alone (same thread count, so bit for bit).
-  const Tensor q = random_tensor({1, 4, 33, 16}, 1);
-  const Tensor k = random_tensor({1, 2, 47, 16}, 2);
-  const Tensor v = random_tensor({1, 2, 47, 16}, 3);
-  const Tensor table = random_tensor({4, 2 * 47 - 1}, 4);
-  const Tensor dense = random_tensor({1, 4, 33, 47}, 5);
-  const std::vector<AttentionBias> biases = {
-      AttentionBias::none(), AttentionBias::alibi(alibi_slopes(4)),
-      AttentionBias::distance_table(table), AttentionBias::dense_bias(dense)};
-  std::vector<std::vector<float>> want;
-  for (const auto& bias : biases) {
-    for (bool causal : {false, true}) {
-      AttentionOptions opt;
-      opt.causal = causal;
-      want.push_back(attention_forward(q, k, v, bias, opt).to_float_vector());
-    }
-  }
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int it = 0; it < 6; ++it) {
-        const std::size_t c = static_cast<std::size_t>(t + it) % want.size();
-        AttentionOptions opt;
-        opt.causal = (c % 2) == 1;
-        const Tensor out = attention_forward(q, k, v, biases[c / 2], opt);
-        if (!same_bits(out.to_float_vector(), want[c])) ++failures;
       }
     });
   }
