@@ -62,40 +62,10 @@ std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   throw std::invalid_argument(std::string(who) + ": " + what + " (" + shapes_of(q, k, v) + ")");
 }
 
-Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
-               const AttentionBias& bias, const AttentionOptions& options) {
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
-    fail(who, "q must be [b, h, i, d] and k, v [b, hk, j, d] (4-d)", q, k, v);
-  }
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
-    fail(who,
-         "q, k and v must have one dtype, got " + dtype_name(q.dtype()) + ", " +
-             dtype_name(k.dtype()) + ", " + dtype_name(v.dtype()),
-         q, k, v);
-  }
-  if (k.shape() != v.shape()) fail(who, "k and v must have the same shape", q, k, v);
-  Prepared p;
-  p.b = q.size(0);
-  p.h = q.size(1);
-  p.i = q.size(2);
-  p.d = q.size(3);
-  p.hk = k.size(1);
-  p.j = k.size(2);
-  if (k.size(0) != p.b) fail(who, "q and k must have the same batch size", q, k, v);
-  if (k.size(3) != p.d) fail(who, "q and k must have the same head dimension d", q, k, v);
-  if (p.d < 1) fail(who, "d must be >= 1, got " + std::to_string(p.d), q, k, v);
-  if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
-    fail(who,
-         "the query heads h = " + std::to_string(p.h) +
-             " must be a multiple of the key/value heads hk = " + std::to_string(p.hk),
-         q, k, v);
-  }
-  if (p.hk == 0) p.hk = 1;  // h == 0: nothing to compute
-  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
-  if (!std::isfinite(scale)) {
-    fail(who, "scale must be finite, got " + std::to_string(scale), q, k, v);
-  }
-  p.scale = scale;
+// The bias against the checked shapes; fills the dense bias's broadcast
+// strides.
+void check_bias(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
+                const AttentionBias& bias, const AttentionOptions& options, Prepared& p) {
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
       break;
@@ -159,6 +129,43 @@ Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& 
       break;
     }
   }
+}
+
+Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
+               const AttentionBias& bias, const AttentionOptions& options) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
+    fail(who, "q must be [b, h, i, d] and k, v [b, hk, j, d] (4-d)", q, k, v);
+  }
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+    fail(who,
+         "q, k and v must have one dtype, got " + dtype_name(q.dtype()) + ", " +
+             dtype_name(k.dtype()) + ", " + dtype_name(v.dtype()),
+         q, k, v);
+  }
+  if (k.shape() != v.shape()) fail(who, "k and v must have the same shape", q, k, v);
+  Prepared p;
+  p.b = q.size(0);
+  p.h = q.size(1);
+  p.i = q.size(2);
+  p.d = q.size(3);
+  p.hk = k.size(1);
+  p.j = k.size(2);
+  if (k.size(0) != p.b) fail(who, "q and k must have the same batch size", q, k, v);
+  if (k.size(3) != p.d) fail(who, "q and k must have the same head dimension d", q, k, v);
+  if (p.d < 1) fail(who, "d must be >= 1, got " + std::to_string(p.d), q, k, v);
+  if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
+    fail(who,
+         "the query heads h = " + std::to_string(p.h) +
+             " must be a multiple of the key/value heads hk = " + std::to_string(p.hk),
+         q, k, v);
+  }
+  if (p.hk == 0) p.hk = 1;  // h == 0: nothing to compute
+  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
+  if (!std::isfinite(scale)) {
+    fail(who, "scale must be finite, got " + std::to_string(scale), q, k, v);
+  }
+  p.scale = scale;
+  check_bias(who, q, k, v, bias, options, p);
   return p;
 }
 
@@ -262,6 +269,71 @@ void check_like(const char* who, const char* name, const Tensor& t,
   }
 }
 
+// The kernel's table gradient [h, 2j - 1] as a gradient of the user's table
+// [h, n >= 2j - 1] (entries past 2j - 1 were not read: zero).
+Tensor table_gradient(const Tensor& table, const std::vector<float>& dtable, std::int64_t h,
+                      std::int64_t j) {
+  const std::int64_t len = std::max<std::int64_t>(0, 2 * j - 1);
+  Tensor grad = Tensor::full(table.shape(), 0.0f);
+  float* gt = grad.mutable_data<float>();
+  const std::int64_t n = table.size(1);
+  for (std::int64_t hh = 0; hh < h; ++hh) std::copy_n(dtable.data() + hh * len, len, gt + hh * n);
+  return grad;
+}
+
+// dS [b, h, i, j] summed over the dimensions the dense bias broadcasts along.
+Tensor dense_gradient(const Tensor& t, const Tensor& ddense) {
+  const std::int64_t lead = 4 - t.dim();
+  std::vector<std::int64_t> ext4(4, 1);
+  for (std::int64_t x = lead; x < 4; ++x) ext4[static_cast<std::size_t>(x)] = t.size(x - lead);
+  Tensor grad = Tensor::full(t.shape(), 0.0f);
+  float* gd = grad.mutable_data<float>();
+  const float* src = ddense.data<float>();
+  const std::int64_t full[4] = {ddense.size(0), ddense.size(1), ddense.size(2), ddense.size(3)};
+  std::int64_t cs[4];  // contiguous strides of the 4-d view of grad
+  cs[3] = 1;
+  for (int x = 2; x >= 0; --x) cs[x] = cs[x + 1] * ext4[static_cast<std::size_t>(x + 1)];
+  std::int64_t flat = 0;
+  for (std::int64_t b0 = 0; b0 < full[0]; ++b0) {
+    for (std::int64_t h0 = 0; h0 < full[1]; ++h0) {
+      for (std::int64_t r0 = 0; r0 < full[2]; ++r0) {
+        const std::int64_t base = (ext4[0] == 1 ? 0 : b0 * cs[0]) +
+                                  (ext4[1] == 1 ? 0 : h0 * cs[1]) + (ext4[2] == 1 ? 0 : r0 * cs[2]);
+        float* dst = gd + base;
+        if (ext4[3] == 1) {
+          float sum = 0.0f;
+          for (std::int64_t c = 0; c < full[3]; ++c) sum += src[flat + c];
+          dst[0] += sum;
+        } else {
+          for (std::int64_t c = 0; c < full[3]; ++c) dst[c] += src[flat + c];
+        }
+        flat += full[3];
+      }
+    }
+  }
+  return grad;
+}
+
+// The bias of row r (position qpos) of head hh, batch bb at key c, in
+// double, straight from the user's bias (the reference's own reading).
+double reference_bias(const AttentionBias& bias, const Prepared& pr, std::int64_t bb,
+                      std::int64_t hh, std::int64_t r, std::int64_t qpos, std::int64_t c) {
+  switch (bias.kind) {
+    case AttentionBiasKind::kNone:
+      break;
+    case AttentionBiasKind::kAlibi:
+      return -static_cast<double>(bias.slopes[static_cast<std::size_t>(hh)]) *
+             static_cast<double>(std::llabs(c - qpos));
+    case AttentionBiasKind::kDistanceTable:
+      return bias.table.data<float>()[hh * bias.table.strides()[0] +
+                                      (qpos - c + pr.j - 1) * bias.table.strides()[1]];
+    case AttentionBiasKind::kDense:
+      return bias.dense.data<float>()[bb * pr.dense_stride[0] + hh * pr.dense_stride[1] +
+                                      r * pr.dense_stride[2] + c * pr.dense_stride[3]];
+  }
+  return 0.0;
+}
+
 }  // namespace
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -321,47 +393,9 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
   }
   detail::attention_backward_kernel(p);
   if (bias.kind == AttentionBiasKind::kDistanceTable) {
-    const std::int64_t len = std::max<std::int64_t>(0, 2 * pr.j - 1);
-    g.grad_table = Tensor::full(bias.table.shape(), 0.0f);
-    float* gt = g.grad_table.mutable_data<float>();
-    const std::int64_t n = bias.table.size(1);
-    for (std::int64_t hh = 0; hh < pr.h; ++hh) {
-      std::copy_n(dtable.data() + hh * len, len, gt + hh * n);
-    }
+    g.grad_table = table_gradient(bias.table, dtable, pr.h, pr.j);
   }
-  if (bias.kind == AttentionBiasKind::kDense) {
-    // Sum dS over the dimensions the dense bias broadcasts along.
-    const Tensor& t = bias.dense;
-    const std::int64_t lead = 4 - t.dim();
-    std::vector<std::int64_t> ext4(4, 1);
-    for (std::int64_t x = lead; x < 4; ++x) ext4[static_cast<std::size_t>(x)] = t.size(x - lead);
-    g.grad_dense = Tensor::full(t.shape(), 0.0f);
-    float* gd = g.grad_dense.mutable_data<float>();
-    const float* src = ddense.data<float>();
-    const std::int64_t full[4] = {pr.b, pr.h, pr.i, pr.j};
-    std::int64_t cs[4];  // contiguous strides of the 4-d view of grad_dense
-    cs[3] = 1;
-    for (int x = 2; x >= 0; --x) cs[x] = cs[x + 1] * ext4[static_cast<std::size_t>(x + 1)];
-    std::int64_t flat = 0;
-    for (std::int64_t b0 = 0; b0 < full[0]; ++b0) {
-      for (std::int64_t h0 = 0; h0 < full[1]; ++h0) {
-        for (std::int64_t r0 = 0; r0 < full[2]; ++r0) {
-          const std::int64_t base = (ext4[0] == 1 ? 0 : b0 * cs[0]) +
-                                    (ext4[1] == 1 ? 0 : h0 * cs[1]) +
-                                    (ext4[2] == 1 ? 0 : r0 * cs[2]);
-          float* dst = gd + base;
-          if (ext4[3] == 1) {
-            float sum = 0.0f;
-            for (std::int64_t c = 0; c < full[3]; ++c) sum += src[flat + c];
-            dst[0] += sum;
-          } else {
-            for (std::int64_t c = 0; c < full[3]; ++c) dst[c] += src[flat + c];
-          }
-          flat += full[3];
-        }
-      }
-    }
-  }
+  if (bias.kind == AttentionBiasKind::kDense) g.grad_dense = dense_gradient(bias.dense, ddense);
   return g;
 }
 
@@ -403,22 +437,7 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
         double dot = 0.0;
         for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(qrow[x]) * krow[x];
         double s = static_cast<double>(pr.scale) * dot;
-        switch (bias.kind) {
-          case AttentionBiasKind::kNone:
-            break;
-          case AttentionBiasKind::kAlibi:
-            s -= static_cast<double>(bias.slopes[static_cast<std::size_t>(hh)]) *
-                 static_cast<double>(std::llabs(c - qpos));
-            break;
-          case AttentionBiasKind::kDistanceTable:
-            s += bias.table.data<float>()[hh * bias.table.strides()[0] +
-                                          (qpos - c + j - 1) * bias.table.strides()[1]];
-            break;
-          case AttentionBiasKind::kDense:
-            s += bias.dense.data<float>()[bb * pr.dense_stride[0] + hh * pr.dense_stride[1] +
-                                          r * pr.dense_stride[2] + c * pr.dense_stride[3]];
-            break;
-        }
+        s += reference_bias(bias, pr, bb, hh, r, qpos, c);
         score[static_cast<std::size_t>(c)] = s;
         if (std::isnan(s)) nan = true;
         mx = std::max(mx, s);
