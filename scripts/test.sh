@@ -7,7 +7,8 @@
 #     golden checks, the packaging tests).
 #  2. A build under AddressSanitizer and UndefinedBehaviorSanitizer; ctest
 #     again (all but the add_subdirectory packaging test, see below).
-#  3. A build under ThreadSanitizer of the concurrency tests alone; run them.
+#  3. A build under ThreadSanitizer of the concurrency tests alone; run them
+#     (ctest -L sanitize).
 #  4. The libFuzzer harnesses (fuzz/, clang): each fuzzes for FUZZ_SECONDS
 #     from a copy of its committed corpus (fuzz/corpus/<name>).
 # Both gcc builds also replay every committed fuzz input (ctest
@@ -92,8 +93,9 @@ section "ctest (AddressSanitizer + UndefinedBehaviorSanitizer)"
 ctest --test-dir "$asan_build_dir" --output-on-failure --no-tests=error \
   -j "$jobs" -E '^posbias\.packaging\.add_subdirectory$'
 
-# ThreadSanitizer: only the concurrency tests (tests/unit/concurrency_test.cc,
-# its own executable), at -O1 (TSan at -O0 is several times slower to run).
+# ThreadSanitizer: only the concurrency tests (tests/unit/*_concurrency_test.cc
+# in their own executable, the ctest labelled `sanitize` in this build), at
+# -O1 (TSan at -O0 is several times slower to run).
 # The threads are the tests' own std::threads. OpenMP inside the library is
 # held to one thread: Debian's libgomp is not built with TSan, so TSan cannot
 # see its barriers and reports races between a parallel region's threads
@@ -110,9 +112,10 @@ if [[ "${SKIP_TSAN:-0}" != 1 ]]; then
     -DPOSBIAS_INSTALL=OFF
   cmake --build "$tsan_build_dir" --parallel "$jobs" --target posbias_concurrency_tests
 
+  # The test sets OMP_NUM_THREADS=1 itself (tests/unit/CMakeLists.txt).
   section "ThreadSanitizer: concurrency tests"
-  OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-    "$tsan_build_dir/tests/unit/posbias_concurrency_tests"
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+    ctest --test-dir "$tsan_build_dir" -L sanitize --output-on-failure --no-tests=error
 fi
 
 # libFuzzer: clang++ with -fsanitize=fuzzer,address,undefined (fuzz/
