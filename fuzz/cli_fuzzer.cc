@@ -10,7 +10,7 @@
 //   words such as -d8 or --heads=7) at most 2^20 in magnitude, and the
 //   product of those >= 2 at most 2^20: no output or computation past a few
 //   million elements (the library's own refusal of sizes past physical
-//   memory is tested in tests/unit/limits_test.cc, not here);
+//   memory is tested in tests/unit/*_limits_test.cc, not here);
 // - `bench` (timing runs) and `demo` (a fixed script of its own, with plots
 //   and timed runs; ctest cli.demo runs it) are never run, and no word may
 //   hold '/' or '\': the

@@ -23,7 +23,7 @@ std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& sha
   // A tensor with a zero extent may have other extents whose product
   // overflows int64 (Tensor::empty({0, 1 << 62, 1 << 30}) is legal): its
   // strides are never used to address anything, so they saturate instead of
-  // overflowing (found by UBSan, tests/unit/limits_test.cc).
+  // overflowing (found by UBSan, tests/unit/tensor_limits_test.cc).
   std::vector<std::int64_t> strides(shape.size(), 1);
   for (std::size_t d = shape.size(); d-- > 1;) {
     if (__builtin_mul_overflow(strides[d], std::max<std::int64_t>(shape[d], 1), &strides[d - 1])) {
