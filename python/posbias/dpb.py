@@ -8,52 +8,20 @@ from ._library import load as _load
 _load()
 
 
-class _ExpandTable(torch.autograd.Function):
-    """[h, 2j - 1] distance table -> [h, i, j] bias, bias[h][r][c] =
-    table[h][(q_r - c) + (j - 1)] with q_r = j - i + r. The backward sums the
-    gradient along each diagonal (one pass, no scatter)."""
-
-    @staticmethod
-    def forward(ctx, table, i, j):
-        ctx.i, ctx.j = i, j
-        if i == 0:
-            return table.new_zeros(table.shape[0], 0, j)
-        # f[u] = table[2j - 2 - u]; row r is the window of f starting at i - 1 - r.
-        f = table[:, :2 * j - 1].flip(-1)
-        return f.unfold(-1, j, 1)[:, :i].flip(1)  # flip copies: contiguous
-
-    @staticmethod
-    def backward(ctx, grad):
-        i, j = ctx.i, ctx.j
-        h = grad.shape[0]
-        out = grad.new_zeros(h, 2 * j - 1)
-        if i == 0:
-            return out, None, None
-        # In mirrored coordinates u = (2j - 2) - entry = (i - 1 - r) + c, row r of
-        # the gradient adds onto the window [i - 1 - r, i - 1 - r + j): one pass
-        # over the gradient, no index tensor, no copy of it (a per-row loop is
-        # ~10x faster here than a padded skew view or index_add).
-        acc = grad.new_zeros(h, i - 1 + j)
-        for r in range(i):
-            acc[:, i - 1 - r:i - 1 - r + j].add_(grad[:, r])
-        out[:, j - i:] = acc.flip(-1)
-        return out, None, None
-
-
-def expand_distance_table(table, i, j):
-    """The [h, i, j] bias of a distance table [h, >= 2j - 1] (entry
-    (q_r - c) + (j - 1)), differentiable with respect to the table. 0 <= i <= j."""
-    _checks.check_tensor("expand_distance_table: table", table, ndim=2, cpu=False)
-    i = _checks.check_int("expand_distance_table: i", i, minimum=0)
-    j = _checks.check_int("expand_distance_table: j", j, minimum=0)
-    if i > j:
-        raise ValueError(f"posbias: expand_distance_table: needs i <= j, got i = {i}, j = {j}")
-    if table.shape[1] < 2 * j - 1:
-        raise ValueError(f"posbias: expand_distance_table: table {_checks.shape_str(table)} "
-                         f"has fewer than 2j - 1 = {2 * j - 1} entries per head")
-    if j == 0:
-        return table.new_zeros(table.shape[0], 0, 0)
-    return _ExpandTable.apply(table, i, j)
+def expand_distance_table(table, i, j, dtype=None):
+    """The [h, i, j] bias of a distance table [h, n], n odd, read at its centre:
+    bias[h][r][c] = table[h][(n - 1) / 2 + (q_r - c)] with q_r = j - i + r, so
+    one table built for the longest sequence serves every shorter one (with
+    n = 2j - 1 the centre is j - 1). Needs n >= 2 max(i, j) - 1. One core call
+    (the op expand_distance_table), differentiable with respect to the table
+    (the backward is the core's reduction, the op reduce_distance_table).
+    table: float32, bfloat16 or float16 on the CPU, any strides; dtype: the
+    output dtype (default the table's). The core validates the arguments:
+    ValueError / TypeError with its message."""
+    _checks.check_tensor("expand_distance_table: table", table, cpu=False)
+    i = _checks.check_int("expand_distance_table: i", i)
+    j = _checks.check_int("expand_distance_table: j", j)
+    return torch.ops.posbias.expand_distance_table(table, i, j, dtype)
 
 
 class DynamicPositionBias(nn.Module):
@@ -63,9 +31,11 @@ class DynamicPositionBias(nn.Module):
     Linear(dim, heads)) (state-dict names mlp.0/2/4.weight/bias, so zeta state
     dicts load). forward(i, j), 0 <= i <= j, runs the MLP on the distances
     0..j-1 (the op dpb_distance_table) and returns [heads, i, j] with
-    bias[h][r][c] = MLP(|q_r - c|)[h], q_r = j - i + r. i and j are lengths,
-    not positions: the seed's module(0, 5) is an empty [heads, 0, 5].
-    Trainable through autograd; the output has the parameters' dtype.
+    bias[h][r][c] = MLP(|q_r - c|)[h], q_r = j - i + r, expanded by the core
+    (expand_distance_table; its backward is the core's reduction). i and j are
+    lengths, not positions: the seed's module(0, 5) is an empty [heads, 0, 5].
+    Trainable through autograd; the output has the parameters' dtype
+    (float32, bfloat16 or float16: the core's expansion takes no float64).
 
     distance_table(j) returns the [heads, 2j - 1] table that
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]
@@ -89,13 +59,8 @@ class DynamicPositionBias(nn.Module):
     def distance_table(self, j):
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
         j = _checks.check_int("DynamicPositionBias.distance_table: j", j, minimum=1)
-        params = self._params()
-        if params[0].device.type == "cpu":  # the op keeps the parameters' dtype
-            return torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
-        # Other devices: the same MLP in torch.
-        t = self.mlp(torch.arange(j, dtype=params[0].dtype, device=params[0].device)[:, None])
-        idx = (torch.arange(2 * j - 1, device=t.device) - (j - 1)).abs()
-        return t[idx].t()
+        # The op keeps the parameters' dtype (float64 too) and runs on the CPU.
+        return torch.ops.posbias.dpb_distance_table(self._params(), j, "zeta", False, False, 1e-5)
 
     def forward(self, i, j):
         i = _checks.check_int("DynamicPositionBias: i", i, minimum=0)

@@ -13,8 +13,9 @@ class RelativePositionBias(nn.Module):
     """RelativePositionBias(scale, causal=False, num_buckets=32, max_distance=128,
     heads=8): an embedding `relative_attention_bias` [num_buckets, heads];
     forward(i, j) -> [heads, i, j], E[bucket(c - q_r)][h] * scale, q_r = j - i + r
-    (0 <= i <= j). distance_table(j) gives the [heads, 2j - 1] table for
-    posbias.attention(..., bias="table"). Both differentiable w.r.t. the
+    (0 <= i <= j), the core's expansion of distance_table(j) (its backward is
+    the core's reduction). distance_table(j) gives the [heads, 2j - 1] table
+    for posbias.attention(..., bias="table"). Both differentiable w.r.t. the
     embedding."""
 
     def __init__(self, scale, causal=False, num_buckets=32, max_distance=128, heads=8):

@@ -186,6 +186,13 @@ def table_to_bias(table, i, j):
     return table[:, idx]
 
 
+def centred_table_to_bias(table, i, j):
+    """Expand a distance table [h, n], n odd, read at its centre (n - 1) / 2:
+    bias[h][r][c] = table[h][(n - 1) / 2 + (q_r - c)] (differentiable)."""
+    idx = signed_distance(i, j) + (table.shape[1] - 1) // 2
+    return table[:, idx]
+
+
 def alibi_distance_table(slopes, j):
     slopes = torch.as_tensor(slopes, dtype=torch.float64)
     e = torch.arange(2 * j - 1, dtype=torch.float64) - (j - 1)

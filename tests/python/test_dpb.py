@@ -72,29 +72,76 @@ def test_gradients_match_reference_autograd(i, j):
 
 
 def test_gradcheck_double():
-    """torch.autograd.gradcheck in float64 of the module's forward (the op
-    dpb_distance_table, which keeps float64, then the package's expansion) with
-    respect to every parameter."""
+    """torch.autograd.gradcheck in float64 of the module's distance table (the op
+    dpb_distance_table, which keeps float64) with respect to every parameter.
+    The expansion is the core's (float32, bfloat16, float16 only), so a float64
+    module's forward is refused with a TypeError rather than computed in
+    float32; the whole chain's gradients are test_gradients_match_reference_autograd
+    (float32 module against the float64 reference's autograd) and the
+    expansion's test_expand_distance_table_gradient."""
     torch.manual_seed(3)
     m = posbias.DynamicPositionBias(4, 2).double()
     names = [n for n, _ in m.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for p in m.parameters())
     assert m.distance_table(3).dtype == torch.float64
 
-    def f(*ps):
-        return torch.nn.utils.stateless.functional_call(m, dict(zip(names, ps)), (3, 5))
+    def table(*ps):  # what m.distance_table(5) computes, on these parameters
+        return torch.ops.posbias.dpb_distance_table(list(ps), 5, "zeta", False, False, 1e-5)
 
-    assert torch.autograd.gradcheck(f, params, eps=1e-6, atol=1e-6, rtol=1e-5)
-    assert torch.autograd.gradcheck(lambda *ps: torch.nn.utils.stateless.functional_call(
-        m, dict(zip(names, ps)), (0, 4)), params)
+    assert names == ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
+                     "mlp.4.weight", "mlp.4.bias"]
+    assert torch.equal(table(*params), m.distance_table(5))
+    assert torch.autograd.gradcheck(table, params, eps=1e-6, atol=1e-6, rtol=1e-5)
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
+        m(3, 5)
 
 
-@pytest.mark.parametrize("i,j", [(1, 1), (2, 3), (4, 4), (3, 6), (0, 2)])
-def test_expand_distance_table_gradcheck(i, j):
+@pytest.mark.parametrize("i,j,extra", [(1, 1, 0), (2, 3, 0), (4, 4, 2), (3, 6, 0), (0, 2, 0),
+                                       (6, 3, 1), (1, 40, 3), (30, 30, 0)])
+def test_expand_distance_table_gradient(i, j, extra):
+    """The op (the core's expansion, float32) against a plain PyTorch gather in
+    float64, values and gradients; tables read at their centre, longer than
+    needed, strided; i > j allowed by the expansion itself."""
     torch.manual_seed(4)
-    t = torch.randn(3, 2 * j - 1, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: posbias.expand_distance_table(x, i, j), (t,))
-    close(posbias.expand_distance_table(t, i, j), R.table_to_bias(t.detach(), i, j))
+    n = 2 * max(i, j) - 1 + 2 * extra
+    t64 = torch.randn(n, 3, dtype=torch.float64).t().requires_grad_()  # strided [3, n]
+    t32 = t64.detach().float().requires_grad_()
+    g = torch.randn(3, i, j, dtype=torch.float64)
+    out = posbias.expand_distance_table(t32, i, j)
+    ref = R.centred_table_to_bias(t64, i, j)
+    assert out.shape == (3, i, j) and out.dtype == torch.float32
+    assert torch.equal(out, ref.detach().float())  # a copy: exact
+    (out * g.float()).sum().backward()
+    (ref * g).sum().backward()
+    close(t32.grad, t64.grad, atol=1e-5, rtol=1e-5)
+    # gradcheck of the op in float32 (it is linear: the difference quotient is
+    # exact up to float32 rounding of x +- eps), and of the reduction's backward.
+    x = torch.randn(3, n, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: posbias.expand_distance_table(v, i, j), (x,),
+                                    eps=1e-2, atol=1e-3, rtol=1e-3)
+    gr = torch.randn(3, i, j, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: torch.ops.posbias.reduce_distance_table(v, n),
+                                    (gr,), eps=1e-2, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_expand_distance_table_dtypes(dtype):
+    torch.manual_seed(5)
+    t = torch.randn(2, 15)
+    for table_dtype in (torch.float32, dtype):
+        got = posbias.expand_distance_table(t.to(table_dtype), 5, 8, dtype)
+        assert got.dtype == dtype
+        assert torch.equal(got, R.centred_table_to_bias(t.to(table_dtype), 5, 8).to(dtype))
+    assert posbias.expand_distance_table(t.to(dtype), 5, 8).dtype == dtype  # default: the table's
+    if dtype == torch.float16:
+        return  # torch 1.13 has no float16 Linear on the CPU (the module's MLP)
+    m = posbias.DynamicPositionBias(8, 2).to(dtype)
+    torch.manual_seed(6)
+    out = m(3, 7)
+    assert out.dtype == dtype
+    assert torch.equal(out, R.centred_table_to_bias(m.distance_table(7), 3, 7))
+    out.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == dtype for p in m.parameters())
 
 
 def test_training_step_moves_towards_a_target():

@@ -79,15 +79,23 @@ def test_attention_device():
         posbias.attention(meta, k, v)
 
 
-def test_op_level_errors_are_runtime_errors():
-    """Called directly (no Python checks), the op refuses too, with TORCH_CHECK."""
+def test_op_level_errors_are_value_errors():
+    """Called directly (no Python checks), the op refuses too: the core's
+    std::invalid_argument arrives as ValueError with the core's message (it was
+    a RuntimeError before the ops translated the core's errors)."""
     q, k, v = qkv()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="one slope per query head: got 3 slopes for h = 2"):
         torch.ops.posbias.attention(q, k, v, "alibi", torch.ones(3), None, None, None, False)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="bias must be"):
         torch.ops.posbias.attention(q, k, v, "bogus", None, None, None, None, False)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="heads"):
         torch.ops.posbias.alibi_slopes(0)
+    with pytest.raises(ValueError, match=r"the table length n = 8 \(table \[2, 8\]\) must be odd"):
+        torch.ops.posbias.expand_distance_table(torch.zeros(2, 8), 2, 3, None)
+    with pytest.raises(ValueError, match="reduce_distance_table"):
+        torch.ops.posbias.reduce_distance_table(torch.zeros(2, 3, 4), 5)
+    with pytest.raises(TypeError, match="table must be float32, bfloat16 or float16, got Double"):
+        torch.ops.posbias.expand_distance_table(torch.zeros(2, 7, dtype=torch.float64), 2, 3, None)
 
 
 def test_alibi_modules():
@@ -125,8 +133,18 @@ def test_dpb_and_t5():
     t5 = posbias.RelativePositionBias(scale=1.0, heads=2)
     with pytest.raises(ValueError, match="i <= j"):
         t5(3, 2)
-    with pytest.raises(ValueError, match="fewer than 2j - 1 = 9"):
+    # The expansion's errors are the core's (its table is read at its centre).
+    with pytest.raises(ValueError,
+                       match=r"too short for i = 2, j = 5: .* n >= 2 max\(i, j\) - 1 = 9"):
+        posbias.expand_distance_table(torch.zeros(2, 7), 2, 5)
+    with pytest.raises(ValueError, match="n = 8 .* must be odd"):
         posbias.expand_distance_table(torch.zeros(2, 8), 2, 5)
+    with pytest.raises(ValueError, match="i and j must be >= 0, got i = -1, j = 5"):
+        posbias.expand_distance_table(torch.zeros(2, 9), -1, 5)
+    with pytest.raises(TypeError, match="i must be an int"):
+        posbias.expand_distance_table(torch.zeros(2, 9), 1.0, 5)
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Long"):
+        posbias.expand_distance_table(torch.zeros(2, 9, dtype=torch.long), 1, 5)
 
 
 def test_parallel_arguments():

@@ -5,7 +5,9 @@
 // AlibiPositionalBias module.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,27 +131,112 @@ TEST(DynamicPositionBias, StateDictNamesValuesAndAutograd) {
       EXPECT_TRUE(torch::allclose(got.select(1, r).select(1, c), table.select(1, e)));
     }
   }
-  // Autograd against central differences in double.
-  m->to(torch::kDouble);
+  // Gradients (float32 module, through the core's reduction) against
+  // autograd of the plain libtorch module in double: MLP on 0..j-1, then a
+  // gather by |q_r - c|.
   const auto go = torch::randn({4, 3, 6}, torch::kDouble);
-  auto loss = [&] { return (m->forward(3, 6) * go).sum(); };
   m->zero_grad();
-  loss().backward();
+  (m->forward(3, 6) * go.to(torch::kFloat)).sum().backward();
+  std::vector<torch::Tensor> ref;
   for (const auto& p : m->named_parameters()) {
-    auto w = p.value();
-    const auto g = w.grad().clone();
-    torch::NoGradGuard ng;
-    for (int64_t e = 0; e < std::min<int64_t>(w.numel(), 5); ++e) {
-      auto flat = w.view({-1});
-      const double old = flat[e].item<double>();
-      flat[e] = old + 1e-6;
-      const double up = loss().item<double>();
-      flat[e] = old - 1e-6;
-      const double down = loss().item<double>();
-      flat[e] = old;
-      EXPECT_NEAR(g.view({-1})[e].item<double>(), (up - down) / 2e-6, 1e-6) << p.key() << e;
+    ref.push_back(p.value().detach().to(torch::kDouble).requires_grad_());
+  }
+  auto x = torch::arange(0, 6, torch::kDouble).unsqueeze(1);
+  x = torch::silu(torch::nn::functional::linear(x, ref[0], ref[1]));
+  x = torch::silu(torch::nn::functional::linear(x, ref[2], ref[3]));
+  x = torch::nn::functional::linear(x, ref[4], ref[5]);  // [j, heads]
+  const auto qpos = torch::arange(3, 6, torch::kLong).unsqueeze(1);
+  const auto cpos = torch::arange(0, 6, torch::kLong).unsqueeze(0);
+  const auto bias = x.t().index_select(1, (qpos - cpos).abs().reshape({-1})).view({4, 3, 6});
+  (bias * go).sum().backward();
+  std::size_t k = 0;
+  for (const auto& p : m->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(p.value().grad().to(torch::kDouble), ref[k].grad(), 1e-4, 1e-5))
+        << p.key() << "\n" << p.value().grad() << "\n" << ref[k].grad();
+    ++k;
+  }
+  // The expansion is the core's, which takes float32, bfloat16 and float16:
+  // a float64 module is refused with a TypeError, not computed in float32.
+  m->to(torch::kDouble);
+  EXPECT_THROW(m->forward(3, 6), c10::TypeError);
+}
+
+// SPEC.md's rule, written with torch ops: table[h][(n - 1) / 2 + (q_r - c)].
+torch::Tensor plain_expand(const torch::Tensor& table, int64_t i, int64_t j) {
+  const int64_t centre = (table.size(1) - 1) / 2;
+  const auto q = torch::arange(j - i, j, torch::kLong).unsqueeze(1);
+  const auto c = torch::arange(0, j, torch::kLong).unsqueeze(0);
+  const auto idx = (q - c + centre).reshape({-1});
+  return table.index_select(1, idx).view({table.size(0), i, j});
+}
+
+TEST(DistanceTableOps, ExpandMatchesAGatherForManyShapesAndDtypes) {
+  torch::manual_seed(3);
+  for (auto [i, j] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 7}, {7, 3}, {5, 5}, {1, 300}, {40, 2}, {0, 4}}) {
+    for (int64_t extra : {0, 5}) {
+      const int64_t n = 2 * std::max(i, j) - 1 + 2 * extra;
+      // A strided (transposed) table, as the fused attention's callers pass.
+      const auto table = torch::randn({n, 3}).t();
+      for (auto dt : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+        SCOPED_TRACE(std::to_string(i) + " " + std::to_string(j) + " n " + std::to_string(n));
+        const auto got = posbias::ops::expand_distance_table(table, i, j, dt);
+        EXPECT_EQ(got.scalar_type(), dt);
+        EXPECT_TRUE(torch::equal(got, plain_expand(table, i, j).to(dt)));
+        // A 16-bit table gives a 16-bit bias by default, exactly its values.
+        const auto t16 = table.to(dt);
+        EXPECT_TRUE(torch::equal(posbias::ops::expand_distance_table(t16, i, j),
+                                 plain_expand(t16, i, j)));
+      }
     }
   }
+}
+
+TEST(DistanceTableOps, GradientsAreTheReductionAgainstAutogradOfAGather) {
+  torch::manual_seed(4);
+  for (auto [i, j] : std::vector<std::pair<int64_t, int64_t>>{{4, 9}, {9, 4}, {1, 50}, {6, 6}}) {
+    const int64_t n = 2 * std::max(i, j) - 1 + 2;
+    const auto table = torch::randn({5, n}, torch::kDouble);
+    const auto go = torch::randn({5, i, j}, torch::kDouble);
+    auto t64 = table.clone().requires_grad_();
+    (plain_expand(t64, i, j) * go).sum().backward();
+    auto t32 = table.to(torch::kFloat).requires_grad_();
+    (posbias::ops::expand_distance_table(t32, i, j) * go.to(torch::kFloat)).sum().backward();
+    EXPECT_TRUE(torch::allclose(t32.grad().to(torch::kDouble), t64.grad(), 1e-5, 1e-5));
+    // A bfloat16 table gets a bfloat16 gradient.
+    auto t16 = table.to(torch::kBFloat16).requires_grad_();
+    posbias::ops::expand_distance_table(t16, i, j).sum().backward();
+    EXPECT_EQ(t16.grad().scalar_type(), torch::kBFloat16);
+    // The reduction is differentiable too (its backward is the expansion):
+    // d/dgrad sum(reduce(grad) * w) = expand(w).
+    auto g = go.to(torch::kFloat).requires_grad_();
+    const auto w = torch::randn({5, n});
+    (posbias::ops::reduce_distance_table(g, n) * w).sum().backward();
+    EXPECT_TRUE(torch::allclose(g.grad(), plain_expand(w, i, j)));
+  }
+}
+
+TEST(DistanceTableOps, CoreErrorsAreValueErrorsWithTheCoreMessage) {
+  const auto expect_value = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << needle;
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 8}), 2, 3); },
+               "expand_distance_table: the table length n = 8 (table [2, 8]) must be odd");
+  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 7}), 5, 3); },
+               "too short for i = 5, j = 3");
+  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 7}), -1, 3); },
+               "i = -1, j = 3");
+  expect_value([] { posbias::ops::reduce_distance_table(torch::zeros({2, 3, 4}), 5); },
+               "reduce_distance_table");
+  EXPECT_THROW(posbias::ops::expand_distance_table(torch::zeros({2, 7}, torch::kDouble), 2, 3),
+               c10::TypeError);
+  EXPECT_THROW(posbias::ops::expand_distance_table(torch::zeros({2, 7}), 2, 3, torch::kInt),
+               c10::TypeError);
 }
 
 TEST(RelativePositionBias, MatchesTheCoreTable) {

@@ -6,7 +6,8 @@
 // (m.def with a function): the distance tables are built from torch ops, so
 // autograd differentiates them. attention and attention_lse have a CPU
 // kernel (no autograd) and an Autograd kernel (a torch::autograd::Function
-// whose backward is posbias::attention_backward).
+// whose backward is posbias::attention_backward); so do
+// expand_distance_table and reduce_distance_table, each the other's backward.
 #include <torch/library.h>
 
 #include "posbias/torch.h"
@@ -26,6 +27,15 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_autograd(
     const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
     const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal) {
   return posbias::ops::attention_lse(q, k, v, bias, slopes, table, dense, scale, causal);
+}
+
+at::Tensor expand_distance_table_autograd(const at::Tensor& table, int64_t i, int64_t j,
+                                          c10::optional<at::ScalarType> dtype) {
+  return posbias::ops::expand_distance_table(table, i, j, dtype);
+}
+
+at::Tensor reduce_distance_table_autograd(const at::Tensor& grad, int64_t n) {
+  return posbias::ops::reduce_distance_table(grad, n);
 }
 
 }  // namespace
@@ -51,6 +61,8 @@ TORCH_LIBRARY(posbias, m) {
       "dpb_distance_table(Tensor[] params, int j, str variant=\"zeta\", bool log_distance=False, "
       "bool norm=False, float eps=1e-05) -> Tensor",
       TORCH_FN(posbias::ops::dpb_distance_table));
+  m.def("expand_distance_table(Tensor table, int i, int j, ScalarType? dtype=None) -> Tensor");
+  m.def("reduce_distance_table(Tensor grad, int n) -> Tensor");
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, str bias=\"none\", Tensor? slopes=None, Tensor? "
       "table=None, Tensor? dense=None, float? scale=None, bool causal=False) -> Tensor");
@@ -63,9 +75,13 @@ TORCH_LIBRARY(posbias, m) {
 TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("attention", TORCH_FN(posbias::ops::attention_cpu));
   m.impl("attention_lse", TORCH_FN(posbias::ops::attention_lse_cpu));
+  m.impl("expand_distance_table", TORCH_FN(posbias::ops::expand_distance_table_cpu));
+  m.impl("reduce_distance_table", TORCH_FN(posbias::ops::reduce_distance_table_cpu));
 }
 
 TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
   m.impl("attention", TORCH_FN(attention_autograd));
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
+  m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));
+  m.impl("reduce_distance_table", TORCH_FN(reduce_distance_table_autograd));
 }

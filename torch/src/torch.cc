@@ -13,106 +13,25 @@
 #include <string>
 #include <utility>
 
+#include "core_bridge.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
+#include "posbias/distance_table.h"
 #include "posbias/slopes.h"
 #include "posbias/t5.h"
 
 namespace posbias {
 namespace {
 
-// Runs a core call, turning its exceptions into c10::Error (RuntimeError in
-// Python) with the core's message.
-template <typename F>
-auto core_call(const char* who, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "posbias.", who, ": ", e.what());
-  }
-}
-
-DType dtype_of(const at::Tensor& t, const char* who, const char* name) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return DType::kFloat32;
-    case at::kBFloat16:
-      return DType::kBFloat16;
-    case at::kHalf:
-      return DType::kFloat16;
-    default:
-      TORCH_CHECK(false, "posbias.", who, ": ", name,
-                  " must be float32, bfloat16 or float16, got ", t.scalar_type());
-  }
-}
-
-at::ScalarType scalar_of(DType dt) {
-  switch (dt) {
-    case DType::kFloat32:
-      return at::kFloat;
-    case DType::kBFloat16:
-      return at::kBFloat16;
-    case DType::kFloat16:
-      return at::kHalf;
-  }
-  return at::kFloat;
-}
-
-DType dtype_from_scalar(at::ScalarType s, const char* who) {
-  switch (s) {
-    case at::kFloat:
-      return DType::kFloat32;
-    case at::kBFloat16:
-      return DType::kBFloat16;
-    case at::kHalf:
-      return DType::kFloat16;
-    default:
-      TORCH_CHECK(false, "posbias.", who, ": dtype must be float32, bfloat16 or float16, got ", s);
-  }
-}
-
-void check_cpu(const at::Tensor& t, const char* who, const char* name) {
-  TORCH_CHECK(t.defined(), "posbias.", who, ": ", name, " is undefined");
-  TORCH_CHECK(t.device().is_cpu(), "posbias.", who, ": ", name,
-              " must be a CPU tensor, got one on ", t.device());
-}
-
-// A core view of a torch tensor (no copy; the torch tensor is kept alive).
-Tensor view_of(const at::Tensor& t, DType dt) {
-  auto owner = std::make_shared<at::Tensor>(t);
-  return Tensor::from_blob(t.numel() == 0 ? nullptr : t.data_ptr(), t.sizes().vec(),
-                           t.strides().vec(), dt, owner);
-}
-
-// A torch tensor sharing a core tensor's storage (no copy).
-at::Tensor to_torch(const Tensor& t) {
-  const at::TensorOptions opt = at::TensorOptions().dtype(scalar_of(t.dtype()));
-  if (t.numel() == 0) return at::empty(t.shape(), opt);
-  auto* holder = new Tensor(t);
-  return torch::from_blob(
-      holder->raw_mutable_data(), t.shape(), t.strides(), [holder](void*) { delete holder; }, opt);
-}
-
-// A float32 CPU tensor of a floating tensor (a view when it already is one).
-at::Tensor as_float32(const at::Tensor& t, const char* who, const char* name) {
-  check_cpu(t, who, name);
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "posbias.", who, ": ", name,
-              " must be a floating tensor, got ", t.scalar_type());
-  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-}
-
-std::vector<float> slope_vector(const at::Tensor& slopes, const char* who) {
-  const at::Tensor s = as_float32(slopes, who, "slopes");
-  TORCH_CHECK(s.dim() == 1, "posbias.", who, ": slopes must be 1-d, got shape ", s.sizes());
-  const at::Tensor c = s.contiguous();
-  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-}
-
-at::Tensor vector_tensor(const std::vector<float>& v) {
-  return torch::tensor(at::ArrayRef<float>(v), at::TensorOptions().dtype(at::kFloat));
-}
+using torch_bridge::as_float32;
+using torch_bridge::check_cpu;
+using torch_bridge::core_call;
+using torch_bridge::dtype_from_scalar;
+using torch_bridge::dtype_of;
+using torch_bridge::slope_vector;
+using torch_bridge::to_torch;
+using torch_bridge::vector_tensor;
+using torch_bridge::view_of;
 
 // ---------------------------------------------------------------------------
 // Attention.
@@ -132,11 +51,11 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   check_cpu(q, who, "q");
   check_cpu(k, who, "k");
   check_cpu(v, who, "v");
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "posbias.attention: q must be ",
+  TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "posbias.attention: q must be ",
               "[b, h, i, d] and k, v [b, hk, j, d] (4-d), got q ", q.sizes(), ", k ", k.sizes(),
               ", v ", v.sizes());
   const DType dt = dtype_of(q, who, "q");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+  TORCH_CHECK_TYPE(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
               "posbias.attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
               k.scalar_type(), ", ", v.scalar_type());
   AttentionArgs a;
@@ -144,7 +63,7 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   a.k = view_of(k, dt);
   a.v = view_of(v, dt);
   if (scale) {
-    TORCH_CHECK(std::isfinite(*scale), "posbias.attention: scale must be finite, got ", *scale);
+    TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.attention: scale must be finite, got ", *scale);
     a.options.scale = static_cast<float>(*scale);
   }
   a.options.causal = causal;
@@ -153,24 +72,24 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   const bool has_d = dense.has_value() && dense->defined();
   const std::string kind(bias);
   if (kind == "none") {
-    TORCH_CHECK(!has_s && !has_t && !has_d,
+    TORCH_CHECK_VALUE(!has_s && !has_t && !has_d,
                 "posbias.attention: bias=\"none\" takes no slopes, table or dense tensor");
   } else if (kind == "alibi") {
-    TORCH_CHECK(has_s, "posbias.attention: bias=\"alibi\" needs slopes [h]");
-    TORCH_CHECK(!has_t && !has_d, "posbias.attention: bias=\"alibi\" takes only slopes");
+    TORCH_CHECK_VALUE(has_s, "posbias.attention: bias=\"alibi\" needs slopes [h]");
+    TORCH_CHECK_VALUE(!has_t && !has_d, "posbias.attention: bias=\"alibi\" takes only slopes");
     a.bias = AttentionBias::alibi(slope_vector(*slopes, who));
   } else if (kind == "table") {
-    TORCH_CHECK(has_t, "posbias.attention: bias=\"table\" needs table [h, 2j - 1]");
-    TORCH_CHECK(!has_s && !has_d, "posbias.attention: bias=\"table\" takes only table");
+    TORCH_CHECK_VALUE(has_t, "posbias.attention: bias=\"table\" needs table [h, 2j - 1]");
+    TORCH_CHECK_VALUE(!has_s && !has_d, "posbias.attention: bias=\"table\" takes only table");
     *table32 = as_float32(*table, who, "table");
     a.bias = AttentionBias::distance_table(view_of(*table32, DType::kFloat32));
   } else if (kind == "dense") {
-    TORCH_CHECK(has_d, "posbias.attention: bias=\"dense\" needs dense [.., i, j]");
-    TORCH_CHECK(!has_s && !has_t, "posbias.attention: bias=\"dense\" takes only dense");
+    TORCH_CHECK_VALUE(has_d, "posbias.attention: bias=\"dense\" needs dense [.., i, j]");
+    TORCH_CHECK_VALUE(!has_s && !has_t, "posbias.attention: bias=\"dense\" takes only dense");
     *dense32 = as_float32(*dense, who, "dense");
     a.bias = AttentionBias::dense_bias(view_of(*dense32, DType::kFloat32));
   } else {
-    TORCH_CHECK(false, "posbias.attention: bias must be \"none\", \"alibi\", \"table\" or ",
+    TORCH_CHECK_VALUE(false, "posbias.attention: bias must be \"none\", \"alibi\", \"table\" or ",
                 "\"dense\", got \"", kind, "\"");
   }
   return a;
@@ -199,8 +118,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     at::Tensor table32, dense32;
     const AttentionArgs a =
         attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-    const AttentionForwardResult r = core_call(
-        "attention", [&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
+    const AttentionForwardResult r = core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
     at::Tensor out = to_torch(r.out);
     at::Tensor lse = to_torch(r.lse);
     ctx->save_for_backward({q, k, v, out, lse, slopes, table, dense});
@@ -230,7 +148,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const Tensor go_view = view_of(go, dt);
     const Tensor out_view = view_of(out, dt);
     const Tensor lse_view = view_of(lse, DType::kFloat32);
-    const AttentionGradients g = core_call("attention (backward)", [&] {
+    const AttentionGradients g = core_call([&] {
       return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
     });
     at::Tensor gtable, gdense;
@@ -254,7 +172,7 @@ at::Tensor arange_f(int64_t begin, int64_t end, const at::TensorOptions& opt) {
 namespace ops {
 
 at::Tensor alibi_slopes(int64_t heads, c10::optional<double> max_bias) {
-  return core_call("alibi_slopes", [&] {
+  return core_call([&] {
     return vector_tensor(max_bias ? alibi_slopes_max_bias(heads, static_cast<float>(*max_bias))
                                   : posbias::alibi_slopes(heads));
   });
@@ -262,7 +180,7 @@ at::Tensor alibi_slopes(int64_t heads, c10::optional<double> max_bias) {
 
 at::Tensor alibi_slopes_range(int64_t total_heads, int64_t head_begin, int64_t head_end,
                               c10::optional<double> max_bias) {
-  return core_call("alibi_slopes_range", [&] {
+  return core_call([&] {
     return vector_tensor(max_bias ? alibi_slopes_range_max_bias(total_heads, head_begin, head_end,
                                                                 static_cast<float>(*max_bias))
                                   : posbias::alibi_slopes_range(total_heads, head_begin, head_end));
@@ -274,17 +192,15 @@ at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t to
   const std::vector<float> s = slope_vector(slopes, "alibi_bias");
   const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias") : DType::kFloat32;
   const int64_t h = static_cast<int64_t>(s.size());
-  TORCH_CHECK(total_heads == -1 || total_heads >= h, "posbias.alibi_bias: total_heads (",
-              total_heads, ") must be -1 or >= the number of slopes (", h, ")");
   const int64_t total = total_heads == -1 ? h : total_heads;
-  return core_call("alibi_bias", [&] { return to_torch(posbias::alibi_bias(s, total, i, j, dt)); });
+  return core_call([&] { return to_torch(posbias::alibi_bias(s, total, i, j, dt)); });
 }
 
 at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed_distances) {
   const std::vector<float> s = slope_vector(slopes, "alibi_distance_table");
-  TORCH_CHECK(j >= 1, "posbias.alibi_distance_table: j must be >= 1, got ", j);
+  TORCH_CHECK_VALUE(j >= 1, "posbias.alibi_distance_table: j must be >= 1, got ", j);
   for (float m : s) {
-    TORCH_CHECK(std::isfinite(m), "posbias.alibi_distance_table: slopes must be finite, got ", m);
+    TORCH_CHECK_VALUE(std::isfinite(m), "posbias.alibi_distance_table: slopes must be finite, got ", m);
   }
   const int64_t h = static_cast<int64_t>(s.size());
   const int64_t len = 2 * j - 1;
@@ -305,14 +221,14 @@ at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal
                              int64_t num_buckets, int64_t max_distance, double scale) {
   const char* who = "t5_distance_table";
   check_cpu(embedding, who, "embedding");
-  TORCH_CHECK(j >= 1, "posbias.t5_distance_table: j must be >= 1, got ", j);
-  TORCH_CHECK(embedding.dim() == 2 && embedding.size(0) == num_buckets,
+  TORCH_CHECK_VALUE(j >= 1, "posbias.t5_distance_table: j must be >= 1, got ", j);
+  TORCH_CHECK_VALUE(embedding.dim() == 2 && embedding.size(0) == num_buckets,
               "posbias.t5_distance_table: embedding must be [num_buckets, heads] = [", num_buckets,
               ", heads], got ", embedding.sizes());
   const int64_t len = 2 * j - 1;
   at::Tensor idx = at::empty({len}, at::kLong);
   int64_t* ip = idx.data_ptr<int64_t>();
-  core_call(who, [&] {
+  core_call([&] {
     for (int64_t e = 0; e < len; ++e) {
       ip[e] = t5_relative_position_bucket((j - 1) - e, causal, num_buckets, max_distance);
     }
@@ -324,27 +240,27 @@ at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal
 at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view variant,
                               bool log_distance, bool norm, double eps) {
   const char* who = "dpb_distance_table";
-  TORCH_CHECK(j >= 1, "posbias.dpb_distance_table: j must be >= 1, got ", j);
+  TORCH_CHECK_VALUE(j >= 1, "posbias.dpb_distance_table: j must be >= 1, got ", j);
   for (const at::Tensor& p : params) check_cpu(p, who, "a parameter");
   const std::string v(variant);
-  TORCH_CHECK(v == "zeta" || v == "x-transformers",
+  TORCH_CHECK_VALUE(v == "zeta" || v == "x-transformers",
               "posbias.dpb_distance_table: variant must be \"zeta\" or \"x-transformers\", got \"",
               v, "\"");
   const int64_t per_block = norm ? 4 : 2;
   const int64_t n = static_cast<int64_t>(params.size());
   if (v == "zeta") {
-    TORCH_CHECK(!log_distance && !norm,
+    TORCH_CHECK_VALUE(!log_distance && !norm,
                 "posbias.dpb_distance_table: the zeta variant has no log_distance or norm");
-    TORCH_CHECK(n == 6, "posbias.dpb_distance_table: the zeta variant takes 6 parameters ",
+    TORCH_CHECK_VALUE(n == 6, "posbias.dpb_distance_table: the zeta variant takes 6 parameters ",
                 "(mlp.0.weight, mlp.0.bias, mlp.2.weight, mlp.2.bias, mlp.4.weight, mlp.4.bias), ",
                 "got ", n);
   } else {
-    TORCH_CHECK(n >= 2 + per_block && (n - 2) % per_block == 0,
+    TORCH_CHECK_VALUE(n >= 2 + per_block && (n - 2) % per_block == 0,
                 "posbias.dpb_distance_table: x-transformers with norm=", norm, " takes ",
                 per_block, " tensors per hidden block plus 2 for the output layer, got ", n);
   }
   const at::Tensor& w0 = params[0];
-  TORCH_CHECK(w0.dim() == 2 && w0.size(1) == 1,
+  TORCH_CHECK_VALUE(w0.dim() == 2 && w0.size(1) == 1,
               "posbias.dpb_distance_table: the first weight must be [dim, 1], got ", w0.sizes());
   const at::TensorOptions opt = w0.options();
   const int64_t len = 2 * j - 1;
@@ -384,8 +300,7 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
   at::Tensor table32, dense32;
   const AttentionArgs a =
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-  const AttentionForwardResult r = core_call(
-      "attention", [&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
+  const AttentionForwardResult r = core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
   return {to_torch(r.out), to_torch(r.lse)};
 }
 
@@ -397,7 +312,7 @@ at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Ten
   at::Tensor table32, dense32;
   const AttentionArgs a =
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-  return core_call("attention", [&] {
+  return core_call([&] {
     return to_torch(attention_forward(a.q, a.k, a.v, a.bias, a.options));
   });
 }
@@ -443,15 +358,15 @@ AlibiPositionalBiasImpl::AlibiPositionalBiasImpl(AlibiPositionalBiasOptions opti
 
 void AlibiPositionalBiasImpl::reset() {
   const int64_t heads = options.heads();
-  TORCH_CHECK(heads >= 1, "posbias.AlibiPositionalBias: heads must be >= 1, got ", heads);
+  TORCH_CHECK_VALUE(heads >= 1, "posbias.AlibiPositionalBias: heads must be >= 1, got ", heads);
   const int64_t total = options.total_heads() == -1 ? heads : options.total_heads();
-  TORCH_CHECK(total >= heads, "posbias.AlibiPositionalBias: total_heads (", total,
+  TORCH_CHECK_VALUE(total >= heads, "posbias.AlibiPositionalBias: total_heads (", total,
               ") must be >= heads (", heads, ")");
   std::vector<float> s = options.slopes();
   if (s.empty()) s = posbias::alibi_slopes(heads);
-  TORCH_CHECK(static_cast<int64_t>(s.size()) == heads, "posbias.AlibiPositionalBias: ",
+  TORCH_CHECK_VALUE(static_cast<int64_t>(s.size()) == heads, "posbias.AlibiPositionalBias: ",
               s.size(), " custom slopes for heads = ", heads);
-  core_ = core_call("AlibiPositionalBias", [&] {
+  core_ = core_call([&] {
     return std::make_shared<posbias::AlibiPositionalBias>(heads, total, s,
                                                           dtype_from_scalar(dtype_, "to"));
   });
@@ -470,11 +385,11 @@ std::shared_ptr<posbias::AlibiPositionalBias> AlibiPositionalBiasImpl::core() {
   const at::Tensor s = slopes.to(at::kCPU, at::kFloat).contiguous();
   const std::vector<float> now(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
   if (now != core_slopes_) {
-    TORCH_CHECK(static_cast<int64_t>(now.size()) == options.heads(),
+    TORCH_CHECK_VALUE(static_cast<int64_t>(now.size()) == options.heads(),
                 "posbias.AlibiPositionalBias: the slopes buffer has ", now.size(),
                 " values for heads = ", options.heads());
     const int64_t total = options.total_heads() == -1 ? options.heads() : options.total_heads();
-    core_ = core_call("AlibiPositionalBias", [&] {
+    core_ = core_call([&] {
       return std::make_shared<posbias::AlibiPositionalBias>(options.heads(), total, now,
                                                             dtype_from_scalar(dtype_, "to"));
     });
@@ -485,13 +400,13 @@ std::shared_ptr<posbias::AlibiPositionalBias> AlibiPositionalBiasImpl::core() {
 
 at::Tensor AlibiPositionalBiasImpl::forward(int64_t i, int64_t j) {
   const auto c = core();
-  at::Tensor out = core_call("AlibiPositionalBias.forward", [&] { return to_torch(c->forward(i, j)); });
+  at::Tensor out = core_call([&] { return to_torch(c->forward(i, j)); });
   return device_.is_cpu() ? out : out.to(device_);
 }
 
 at::Tensor AlibiPositionalBiasImpl::get_bias(int64_t i, int64_t j) {
   const auto c = core();
-  at::Tensor out = core_call("AlibiPositionalBias.get_bias", [&] { return to_torch(c->get_bias(i, j)); });
+  at::Tensor out = core_call([&] { return to_torch(c->get_bias(i, j)); });
   return device_.is_cpu() ? out : out.to(device_);
 }
 
@@ -520,7 +435,7 @@ AlibiBiasImpl::AlibiBiasImpl(AlibiBiasOptions options_) : options(std::move(opti
 
 void AlibiBiasImpl::reset() {
   const int64_t n = options.n_heads();
-  core_ = core_call("AlibiBias", [&] {
+  core_ = core_call([&] {
     return options.slopes().empty()
                ? std::make_shared<posbias::AlibiBias>(n, options.causal())
                : std::make_shared<posbias::AlibiBias>(n, options.causal(), options.slopes());
@@ -541,7 +456,7 @@ at::Tensor AlibiBiasImpl::forward(int64_t q_len, int64_t k_len) {
     const at::Tensor s = slopes.to(at::kCPU, at::kFloat).contiguous();
     const std::vector<float> now(s.data_ptr<float>(), s.data_ptr<float>() + s.numel());
     if (now != core_slopes_) {
-      core_ = core_call("AlibiBias", [&] {
+      core_ = core_call([&] {
         return std::make_shared<posbias::AlibiBias>(options.n_heads(), options.causal(), now);
       });
       core_slopes_ = now;
@@ -550,7 +465,7 @@ at::Tensor AlibiBiasImpl::forward(int64_t q_len, int64_t k_len) {
   }
   const DType dt = dtype_from_scalar(dtype_, "AlibiBias");
   at::Tensor out =
-      core_call("AlibiBias.forward", [&] { return to_torch(c->build(q_len, k_len, dt)); });
+      core_call([&] { return to_torch(c->build(q_len, k_len, dt)); });
   return device_.is_cpu() ? out : out.to(device_);
 }
 
@@ -581,7 +496,7 @@ DynamicPositionBiasImpl::DynamicPositionBiasImpl(DynamicPositionBiasOptions opti
 
 void DynamicPositionBiasImpl::reset() {
   const int64_t dim = options.dim(), heads = options.heads();
-  TORCH_CHECK(dim >= 1 && heads >= 1, "posbias.DynamicPositionBias: dim and heads must be >= 1, ",
+  TORCH_CHECK_VALUE(dim >= 1 && heads >= 1, "posbias.DynamicPositionBias: dim and heads must be >= 1, ",
               "got dim = ", dim, ", heads = ", heads);
   mlp = register_module(
       "mlp", torch::nn::Sequential(torch::nn::Linear(1, dim), torch::nn::SiLU(),
@@ -595,18 +510,12 @@ void DynamicPositionBiasImpl::pretty_print(std::ostream& stream) const {
 }
 
 at::Tensor DynamicPositionBiasImpl::forward(int64_t i, int64_t j) {
-  TORCH_CHECK(i >= 0 && i <= j, "posbias.DynamicPositionBias.forward: needs 0 <= i <= j ",
-              "(lengths, not positions), got i = ", i, ", j = ", j);
-  const at::Tensor w0 = mlp->parameters()[0];
-  const at::TensorOptions opt = w0.options();
-  if (j == 0) return at::empty({options.heads(), 0, 0}, opt);
-  const at::Tensor dist = arange_f(0, j, opt).unsqueeze(1);
-  const at::Tensor table = mlp->forward(dist);  // [j, heads]
-  // |q_r - c| with q_r = j - i + r.
-  const at::Tensor qpos = torch::arange(j - i, j, at::kLong).unsqueeze(1);
-  const at::Tensor cpos = torch::arange(0, j, at::kLong).unsqueeze(0);
-  const at::Tensor idx = (qpos - cpos).abs().to(opt.device());  // [i, j]
-  return table.t().index_select(1, idx.reshape({-1})).reshape({options.heads(), i, j});
+  TORCH_CHECK_VALUE(i >= 0 && i <= j, "posbias.DynamicPositionBias.forward: needs 0 <= i <= j ",
+                    "(lengths, not positions), got i = ", i, ", j = ", j);
+  if (j == 0) return at::empty({options.heads(), 0, 0}, mlp->parameters()[0].options());
+  // The MLP on the distances (torch ops: autograd reaches the parameters),
+  // then the core's expansion, whose backward is the core's reduction.
+  return ops::expand_distance_table(distance_table(j), i, j);
 }
 
 at::Tensor DynamicPositionBiasImpl::distance_table(int64_t j) {
@@ -622,14 +531,14 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(RelativePositionBiasOptions o
 }
 
 void RelativePositionBiasImpl::reset() {
-  core_call("RelativePositionBias", [&] {
+  core_call([&] {
     // Validates the bucket arguments (and the heads, scale) like the core.
     return posbias::t5_relative_position_bucket(0, options.causal(), options.num_buckets(),
                                                 options.max_distance());
   });
-  TORCH_CHECK(options.heads() >= 1, "posbias.RelativePositionBias: heads must be >= 1, got ",
+  TORCH_CHECK_VALUE(options.heads() >= 1, "posbias.RelativePositionBias: heads must be >= 1, got ",
               options.heads());
-  TORCH_CHECK(std::isfinite(options.scale()),
+  TORCH_CHECK_VALUE(std::isfinite(options.scale()),
               "posbias.RelativePositionBias: scale must be finite, got ", options.scale());
   relative_attention_bias = register_module(
       "relative_attention_bias",
@@ -644,26 +553,14 @@ void RelativePositionBiasImpl::pretty_print(std::ostream& stream) const {
 }
 
 at::Tensor RelativePositionBiasImpl::forward(int64_t i, int64_t j) {
-  TORCH_CHECK(i >= 0 && j >= 0, "posbias.RelativePositionBias.forward: i, j must be >= 0, got i = ",
-              i, ", j = ", j);
+  TORCH_CHECK_VALUE(i >= 0 && j >= 0,
+                    "posbias.RelativePositionBias.forward: i, j must be >= 0, got i = ", i,
+                    ", j = ", j);
   const at::Tensor& w = relative_attention_bias->weight;
   if (i == 0 || j == 0) return at::empty({options.heads(), i, j}, w.options());
-  // Buckets of rel = c - q_r, q_r = j - i + r: rel from -(j - 1) to i - 1.
-  const int64_t lo = -(j - 1);
-  std::vector<int64_t> bucket(static_cast<std::size_t>(i + j - 1));
-  for (int64_t rel = lo; rel <= i - 1; ++rel) {
-    bucket[static_cast<std::size_t>(rel - lo)] = t5_relative_position_bucket(
-        rel, options.causal(), options.num_buckets(), options.max_distance());
-  }
-  at::Tensor idx = at::empty({i, j}, at::kLong);
-  int64_t* ip = idx.data_ptr<int64_t>();
-  for (int64_t r = 0; r < i; ++r) {
-    for (int64_t c = 0; c < j; ++c) {
-      ip[r * j + c] = bucket[static_cast<std::size_t>(c - (j - i + r) - lo)];
-    }
-  }
-  const at::Tensor e = w.index_select(0, idx.reshape({-1}).to(w.device()));  // [i*j, heads]
-  return e.t().reshape({options.heads(), i, j}).mul(options.scale());
+  // The table of the distances 1 - i .. j - 1 (read at its centre, so i > j
+  // works too), then the core's expansion.
+  return ops::expand_distance_table(distance_table(std::max(i, j)), i, j);
 }
 
 at::Tensor RelativePositionBiasImpl::distance_table(int64_t j) {

@@ -6,9 +6,11 @@
 // (q_r = j - i + r); a distance table [h, 2j - 1] is read at
 // (q_r - c) + (j - 1). Slopes, tables and dense biases are float32 for the
 // computation (other floating dtypes are converted); attention inputs are
-// float32, bfloat16 or float16. Errors are c10::Error (TORCH_CHECK) with the
-// shapes and values in the message; core std::invalid_argument messages are
-// passed through as c10::Error.
+// float32, bfloat16 or float16. Arguments are validated once, in the core:
+// its std::invalid_argument / std::length_error (any std::logic_error) become
+// c10::ValueError with the core's message (ValueError in Python), a dtype the
+// core cannot take c10::TypeError; errors have the shapes and values in the
+// message.
 //
 //   #include <posbias/torch.h>
 //   posbias::nn::AlibiPositionalBias alibi(posbias::nn::AlibiPositionalBiasOptions(8));
@@ -72,6 +74,29 @@ at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal
 at::Tensor dpb_distance_table(at::TensorList params, int64_t j,
                               c10::string_view variant = "zeta", bool log_distance = false,
                               bool norm = false, double eps = 1e-5);
+
+/// The dense bias [h, i, j] of a distance table [h, n], n odd, read at its
+/// centre: bias[h][r][c] = table[h][(n - 1) / 2 + (q_r - c)], q_r = j - i + r,
+/// so n >= 2 max(i, j) - 1 (posbias/distance_table.h; one core call). table:
+/// float32, bfloat16 or float16 (TypeError otherwise), any strides, CPU.
+/// dtype: the output dtype (default: the table's). Differentiable w.r.t. the
+/// table: the backward is reduce_distance_table. Bad values (even n, a table
+/// too short, negative lengths) are the core's std::invalid_argument, raised
+/// as c10::ValueError with its message.
+at::Tensor expand_distance_table(const at::Tensor& table, int64_t i, int64_t j,
+                                 c10::optional<at::ScalarType> dtype = c10::nullopt);
+
+/// The adjoint of expand_distance_table: float32 [h, n] whose entry
+/// (n - 1) / 2 + s is the sum of grad[h][r][c] over q_r - c = s (zeros where
+/// nothing is read). grad [h, i, j]: float32, bfloat16 or float16, any
+/// strides. Differentiable (its backward is the expansion).
+at::Tensor reduce_distance_table(const at::Tensor& grad, int64_t n);
+
+/// The CPU kernels of the two ops above, without autograd (what the op
+/// library registers for the CPU dispatch key).
+at::Tensor expand_distance_table_cpu(const at::Tensor& table, int64_t i, int64_t j,
+                                     c10::optional<at::ScalarType> dtype);
+at::Tensor reduce_distance_table_cpu(const at::Tensor& grad, int64_t n);
 
 /// Fused attention with a positional bias, differentiable (autograd) w.r.t.
 /// q, k, v, table and dense:

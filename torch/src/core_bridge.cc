@@ -1,0 +1,87 @@
+#include "core_bridge.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+
+namespace posbias::torch_bridge {
+
+DType dtype_of(const at::Tensor& t, const char* who, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return DType::kFloat32;
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kHalf:
+      return DType::kFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, "posbias.", who, ": ", name,
+                       " must be float32, bfloat16 or float16, got ", t.scalar_type());
+  }
+}
+
+DType dtype_from_scalar(at::ScalarType s, const char* who) {
+  switch (s) {
+    case at::kFloat:
+      return DType::kFloat32;
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kHalf:
+      return DType::kFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, "posbias.", who, ": dtype must be float32, bfloat16 or float16, got ",
+                       s);
+  }
+}
+
+at::ScalarType scalar_of(DType dt) {
+  switch (dt) {
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kBFloat16:
+      return at::kBFloat16;
+    case DType::kFloat16:
+      return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+void check_cpu(const at::Tensor& t, const char* who, const char* name) {
+  TORCH_CHECK_VALUE(t.defined(), "posbias.", who, ": ", name, " is undefined");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "posbias.", who, ": ", name,
+                    " must be a CPU tensor, got one on ", t.device());
+}
+
+Tensor view_of(const at::Tensor& t, DType dt) {
+  auto owner = std::make_shared<at::Tensor>(t);
+  return Tensor::from_blob(t.numel() == 0 ? nullptr : t.data_ptr(), t.sizes().vec(),
+                           t.strides().vec(), dt, owner);
+}
+
+at::Tensor to_torch(const Tensor& t) {
+  const at::TensorOptions opt = at::TensorOptions().dtype(scalar_of(t.dtype()));
+  if (t.numel() == 0) return at::empty(t.shape(), opt);
+  auto* holder = new Tensor(t);
+  return torch::from_blob(
+      holder->raw_mutable_data(), t.shape(), t.strides(), [holder](void*) { delete holder; }, opt);
+}
+
+at::Tensor as_float32(const at::Tensor& t, const char* who, const char* name) {
+  check_cpu(t, who, name);
+  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "posbias.", who, ": ", name,
+                   " must be a floating tensor, got ", t.scalar_type());
+  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+}
+
+std::vector<float> slope_vector(const at::Tensor& slopes, const char* who) {
+  const at::Tensor s = as_float32(slopes, who, "slopes");
+  TORCH_CHECK_VALUE(s.dim() == 1, "posbias.", who, ": slopes must be 1-d, got shape ", s.sizes());
+  const at::Tensor c = s.contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+at::Tensor vector_tensor(const std::vector<float>& v) {
+  return torch::tensor(at::ArrayRef<float>(v), at::TensorOptions().dtype(at::kFloat));
+}
+
+}  // namespace posbias::torch_bridge

@@ -1,0 +1,75 @@
+// Internal to the LibTorch front end (not installed): how torch tensors and
+// errors cross into the posbias core and back.
+//
+// Tensors cross without copies: view_of() makes a posbias::Tensor view of
+// torch memory (keeping the torch tensor alive), and to_torch() a torch
+// tensor sharing a core tensor's storage (a deleter owns the core tensor).
+//
+// Errors: arguments are validated once, in the core. core_call() runs a core
+// call and translates its exceptions into c10 errors with the core's message,
+// so Python sees ValueError for bad values, shapes and sizes
+// (std::invalid_argument, std::length_error, std::out_of_range: every
+// std::logic_error) and RuntimeError for anything else. What the core cannot
+// see (a torch dtype it has no name for, a tensor on another device) is
+// checked here: TypeError for a dtype, ValueError for a device.
+#ifndef POSBIAS_TORCH_SRC_CORE_BRIDGE_H_
+#define POSBIAS_TORCH_SRC_CORE_BRIDGE_H_
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <stdexcept>
+#include <vector>
+
+#include "posbias/dtype.h"
+#include "posbias/tensor.h"
+
+namespace posbias::torch_bridge {
+
+// Runs f(), turning the core's exceptions into c10 errors (see the file
+// comment) whose message is the core's own.
+template <typename F>
+auto core_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::logic_error& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+// The core dtype of a float32 / bfloat16 / float16 tensor; c10::TypeError
+// ("posbias.<who>: <name> must be float32, bfloat16 or float16, got ...")
+// for any other.
+DType dtype_of(const at::Tensor& t, const char* who, const char* name);
+
+// The same for a requested output dtype.
+DType dtype_from_scalar(at::ScalarType s, const char* who);
+
+at::ScalarType scalar_of(DType dt);
+
+// c10::ValueError unless t is a defined CPU tensor.
+void check_cpu(const at::Tensor& t, const char* who, const char* name);
+
+// A core view of a torch tensor (no copy; the torch tensor is kept alive).
+Tensor view_of(const at::Tensor& t, DType dt);
+
+// A torch tensor sharing a core tensor's storage (no copy).
+at::Tensor to_torch(const Tensor& t);
+
+// A float32 CPU tensor of a floating tensor (a view when it already is one).
+at::Tensor as_float32(const at::Tensor& t, const char* who, const char* name);
+
+// The values of a 1-d floating CPU tensor as float32.
+std::vector<float> slope_vector(const at::Tensor& slopes, const char* who);
+
+// A float32 1-d tensor holding v.
+at::Tensor vector_tensor(const std::vector<float>& v);
+
+}  // namespace posbias::torch_bridge
+
+#endif  // POSBIAS_TORCH_SRC_CORE_BRIDGE_H_
