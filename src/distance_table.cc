@@ -11,6 +11,8 @@
 // [C + 1 - i, C + j - 1] and reverses it there.
 #include "posbias/distance_table.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -110,6 +112,49 @@ void fill_reversed(const T* base, std::int64_t heads, std::int64_t head_stride,
   }
 }
 
+// Rows [0, rows) of a 3-d tensor with any strides, widened to contiguous
+// float32 at dst (threaded over rows). Tensor::to() walks element by element;
+// this is the gradient's copy when it is not contiguous float32, e.g. the
+// stride-0 gradient of bias.sum(), so it runs at memory speed.
+template <typename T>
+void widen_rows(const T* base, const std::vector<std::int64_t>& shape,
+                const std::vector<std::int64_t>& strides, float* dst) {
+  const std::int64_t i = shape[1], j = shape[2];
+  const std::int64_t rows = shape[0] * i;
+  const bool parallel = rows * j >= (std::int64_t{1} << 16) && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const T* src = base + (row / i) * strides[0] + (row % i) * strides[1];
+    float* d = dst + row * j;
+    for (std::int64_t c = 0; c < j; ++c) {
+      if constexpr (std::is_same_v<T, float>) {
+        d[c] = src[c * strides[2]];
+      } else {
+        d[c] = to_float(src[c * strides[2]]);
+      }
+    }
+  }
+}
+
+// The gradient as contiguous float32 (itself when it already is).
+Tensor contiguous_float32(const Tensor& g) {
+  if (g.dtype() == DType::kFloat32 && g.is_contiguous()) return g;
+  Tensor out = Tensor::empty(g.shape(), DType::kFloat32);
+  float* d = out.mutable_data<float>();
+  switch (g.dtype()) {
+    case DType::kFloat32:
+      widen_rows(g.data<float>(), g.shape(), g.strides(), d);
+      break;
+    case DType::kBFloat16:
+      widen_rows(g.data<bfloat16>(), g.shape(), g.strides(), d);
+      break;
+    case DType::kFloat16:
+      widen_rows(g.data<float16>(), g.shape(), g.strides(), d);
+      break;
+  }
+  return out;
+}
+
 }  // namespace
 
 void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_t j, DType dtype,
@@ -170,9 +215,7 @@ Tensor reduce_distance_table(const Tensor& grad, std::int64_t n) {
   }
   Tensor out = Tensor::full({heads, n}, 0.0f);
   if (heads == 0 || i == 0 || j == 0) return out;
-  // The gradient as contiguous float32 (a copy only when needed).
-  const Tensor g =
-      grad.dtype() == DType::kFloat32 && grad.is_contiguous() ? grad : grad.to(DType::kFloat32);
+  const Tensor g = contiguous_float32(grad);
   float* o = out.mutable_data<float>();
   const std::int64_t window = centre + 1 - i;  // where R's entry 0 lands before the reversal
   detail::ToeplitzReduceParams p;

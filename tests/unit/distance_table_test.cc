@@ -166,6 +166,11 @@ TEST(DistanceTable, ReduceIsTheExactAdjointForEveryShape) {
       const Tensor swapped = grad.transpose(1, 2).contiguous_copy().transpose(1, 2);
       ASSERT_FALSE(swapped.is_contiguous() && c.i > 1 && c.j > 1);
       EXPECT_EQ(reduce_distance_table(swapped, n).to_float_vector(), naive_reduce(grad, n));
+      // The stride-0 gradient of bias.sum(): every element 1.
+      float one = 1.0f;
+      const Tensor ones =
+          Tensor::from_blob(&one, {c.heads, c.i, c.j}, {0, 0, 0}, DType::kFloat32);
+      EXPECT_EQ(reduce_distance_table(ones, n).to_float_vector(), naive_reduce(ones, n));
     }
   }
 }
