@@ -1,0 +1,34 @@
+// The checkers of the golden file's kinds (internal to the golden checker,
+// see golden_check.h; the table of kinds is in golden_check.cc). Each
+// returns "" when the case passes, else a one-line description of the first
+// difference; a malformed case throws MalformedCase, an argument the library
+// refuses the library's exception.
+#ifndef POSBIAS_CLI_GOLDEN_KINDS_H_
+#define POSBIAS_CLI_GOLDEN_KINDS_H_
+
+#include <string>
+
+#include "golden_case.h"
+
+namespace posbias::cli::golden {
+
+struct CheckContext {
+  std::string base_dir;  // where files named by a case live
+};
+
+using CheckFn = std::string (*)(const json& c, const CheckContext& ctx);
+
+std::string check_alibi_slopes(const json& c, const CheckContext& ctx);
+std::string check_ggml_slopes(const json& c, const CheckContext& ctx);
+std::string check_alibi_positional_bias(const json& c, const CheckContext& ctx);
+std::string check_alibi_bias(const json& c, const CheckContext& ctx);
+std::string check_dynamic_position_bias(const json& c, const CheckContext& ctx);
+/// Its safetensors file is read from ctx.base_dir.
+std::string check_dynamic_position_bias_file(const json& c, const CheckContext& ctx);
+std::string check_t5_bucket(const json& c, const CheckContext& ctx);
+/// Through attention_forward and attention_reference, both.
+std::string check_attention(const json& c, const CheckContext& ctx);
+
+}  // namespace posbias::cli::golden
+
+#endif  // POSBIAS_CLI_GOLDEN_KINDS_H_
