@@ -356,9 +356,9 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
 
 Command add_attention_command(CLI::App& app) {
   auto args = std::make_shared<AttentionArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "attention", "Fused attention with a positional bias (attention_forward) on random inputs");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "attention",
+      "Fused attention with a positional bias (attention_forward) on random inputs",
       "out = softmax(scale * q k^T + bias, mask) v with q [b, h, i, d], k and v\n"
       "[b, hk, j, d] (grouped-query when hk < h); the queries are the last i of the\n"
       "j positions (i = 1: a decode step; i < j: a chunk). Inputs: N(0, 1) from\n"
@@ -380,14 +380,13 @@ Command add_attention_command(CLI::App& app) {
       "  posbias attention --heads 16 -i 2048 -j 2048 -d 64 --causal --bias alibi\n"
       "  posbias attention --heads 32 --kv-heads 8 -i 1 -j 4096 -d 128 --bias table --check\n"
       "  posbias attention --inputs qkv.safetensors --bias alibi --format json");
-  sub->add_option("--batch,-b", args->batch, "Batch size b (>= 0, default 1)")
-      ->check(int64_in_range());
-  sub->add_option("--heads", args->heads, "Query heads h (>= 0)")->check(int64_in_range());
-  sub->add_option("--kv-heads", args->kv_heads, "Key/value heads hk (h % hk == 0, default h)")
-      ->check(int64_in_range());
-  sub->add_option("-i", args->i, "Query length (>= 0)")->check(int64_in_range());
-  sub->add_option("-j", args->j, "Key length (>= 0)")->check(int64_in_range());
-  sub->add_option("-d", args->d, "Head dimension (>= 1)")->check(int64_in_range());
+  add_int64_option(*sub, "--batch,-b", args->batch, "Batch size b (>= 0, default 1)");
+  add_int64_option(*sub, "--heads", args->heads, "Query heads h (>= 0)");
+  add_int64_option(*sub, "--kv-heads", args->kv_heads,
+                   "Key/value heads hk (h % hk == 0, default h)");
+  add_int64_option(*sub, "-i", args->i, "Query length (>= 0)");
+  add_int64_option(*sub, "-j", args->j, "Key length (>= 0)");
+  add_int64_option(*sub, "-d", args->d, "Head dimension (>= 1)");
   sub->add_flag("--causal", args->causal, "Mask key c for row r when c > q_r = j - i + r");
   sub->add_option("--scale", args->scale, "Multiplies q k^T (finite; default 1 / sqrt(d))");
   sub->add_option("--bias", args->bias, "none (the default), alibi, table or dense")

@@ -248,9 +248,8 @@ std::string shape_list(const std::vector<std::int64_t>& shape) {
 
 Command add_dpb_command(CLI::App& app) {
   auto args = std::make_shared<DpbArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "dpb", "The Dynamic Position Bias DynamicPositionBias(dim, heads).forward(i, j)");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "dpb", "The Dynamic Position Bias DynamicPositionBias(dim, heads).forward(i, j)",
       "Shape [heads, i, j]: an MLP on the distances between the query of row r,\n"
       "at position j - i + r (the queries are the last i of the j keys), and key c.\n"
       "zeta: Linear(1,dim) SiLU Linear(dim,dim) SiLU Linear(dim,heads) on |q - c|;\n"
@@ -270,15 +269,10 @@ Command add_dpb_command(CLI::App& app) {
       "for all heads, block means past 256 x 256 cells per panel (said in the\n"
       "title), at most 64 heads and 2^28 values. The file is written through a\n"
       "temporary file in the same directory and renamed: never half-written.");
-  sub->add_option("--dim", args->dim, "Hidden width of the MLP (>= 1)")
-      ->required()
-      ->check(int64_in_range());
-  sub->add_option("--heads", args->heads, "Number of heads (>= 1)")
-      ->required()
-      ->check(int64_in_range());
-  sub->add_option("-i", args->i, "Query length, 0 <= i <= j (not with --table)")
-      ->check(int64_in_range());
-  sub->add_option("-j", args->j, "Key length (>= 0; >= 1 with --table)")->check(int64_in_range());
+  add_int64_option(*sub, "--dim", args->dim, "Hidden width of the MLP (>= 1)")->required();
+  add_int64_option(*sub, "--heads", args->heads, "Number of heads (>= 1)")->required();
+  add_int64_option(*sub, "-i", args->i, "Query length, 0 <= i <= j (not with --table)");
+  add_int64_option(*sub, "-j", args->j, "Key length (>= 0; >= 1 with --table)");
   CLI::Option* seed = sub->add_option(
       "--seed", args->seed,
       "Seed of the initial parameters (PyTorch's nn.Linear distribution, not torch's numbers)");
@@ -297,9 +291,8 @@ Command add_dpb_command(CLI::App& app) {
                   "zeta (the default, the documentation's module) or x-transformers")
       ->check(CLI::IsMember({"zeta", "x-transformers"}))
       ->default_str("zeta");
-  sub->add_option("--depth", args->depth,
-                  "Hidden blocks of the x-transformers MLP (>= 1, default 2)")
-      ->check(int64_in_range());
+  add_int64_option(*sub, "--depth", args->depth,
+                   "Hidden blocks of the x-transformers MLP (>= 1, default 2)");
   sub->add_flag("--log-distance", args->log_distance,
                 "x-transformers: feed sign(x) ln(|x| + 1) instead of the distance x");
   sub->add_flag("--norm", args->norm, "x-transformers: LayerNorm in each hidden block");
@@ -403,9 +396,8 @@ Command add_t5_command(CLI::App& app) {
     std::string plot;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand(
-      "t5", "The T5 relative position bias RelativePositionBias(...).forward(i, j)");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "t5", "The T5 relative position bias RelativePositionBias(...).forward(i, j)",
       "Shape [heads, i, j]: bias[h][r][c] = E[bucket(c - q_r)][h] * scale, the query\n"
       "of row r at q_r = j - i + r (the last i of the j keys; i > j is allowed).\n"
       "Buckets (x-transformers / T5): exact for small distances, logarithmic up to\n"
@@ -416,20 +408,17 @@ Command add_t5_command(CLI::App& app) {
       "Examples:\n"
       "  posbias t5 --heads 8 -i 4 -j 6 --seed 1\n"
       "  posbias t5 -i 1 -j 200 --causal --buckets");
-  sub->add_option("--heads", args->heads, "Number of heads (>= 1); not needed with --buckets")
-      ->check(int64_in_range());
-  sub->add_option("-i", args->i, "Query length (>= 0; not with --table)")->check(int64_in_range());
-  sub->add_option("-j", args->j, "Key length (>= 0; >= 1 with --table)")
-      ->required()
-      ->check(int64_in_range());
+  add_int64_option(*sub, "--heads", args->heads,
+                   "Number of heads (>= 1); not needed with --buckets");
+  add_int64_option(*sub, "-i", args->i, "Query length (>= 0; not with --table)");
+  add_int64_option(*sub, "-j", args->j, "Key length (>= 0; >= 1 with --table)")->required();
   sub->add_option("--scale", args->scale, "Multiplies the embedding (finite)")->default_str("1");
   sub->add_flag("--causal", args->causal,
                 "One-sided buckets: every future key shares bucket 0 (default: two-sided)");
-  sub->add_option("--num-buckets", args->num_buckets, "Buckets (>= 2; >= 4 two-sided), default 32")
-      ->check(int64_in_range());
-  sub->add_option("--max-distance", args->max_distance,
-                  "Distance where the last bucket starts, default 128")
-      ->check(int64_in_range());
+  add_int64_option(*sub, "--num-buckets", args->num_buckets,
+                   "Buckets (>= 2; >= 4 two-sided), default 32");
+  add_int64_option(*sub, "--max-distance", args->max_distance,
+                   "Distance where the last bucket starts, default 128");
   add_seed_option(*sub, args->seed, "Seed of the N(0, 1) embedding (not torch's numbers)");
   sub->add_option("--dtype", args->dtype,
                   "Output dtype: float32, bfloat16 or float16 (computed in float32, rounded once)")
@@ -522,9 +511,8 @@ Command add_t5_bucket_command(CLI::App& app) {
     std::string format = "text";
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand(
-      "t5-bucket", "T5 buckets of relative positions (t5_relative_position_bucket)");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "t5-bucket", "T5 buckets of relative positions (t5_relative_position_bucket)",
       "rel = key position - query position (negative: a past key). Two-sided:\n"
       "buckets 0..nb-1 (nb = num_buckets / 2) for past keys and the query itself,\n"
       "nb..2nb-1 for future keys; causal: 0..num_buckets-1, every future key in 0.\n"
@@ -536,11 +524,10 @@ Command add_t5_bucket_command(CLI::App& app) {
       ->type_name("R1,R2,...");
   sub->add_flag("--causal", args->causal,
                 "One-sided buckets (future keys all in bucket 0); default two-sided");
-  sub->add_option("--num-buckets", args->num_buckets, "Buckets (>= 2; >= 4 two-sided), default 32")
-      ->check(int64_in_range());
-  sub->add_option("--max-distance", args->max_distance,
-                  "Distance where the last bucket starts, default 128")
-      ->check(int64_in_range());
+  add_int64_option(*sub, "--num-buckets", args->num_buckets,
+                   "Buckets (>= 2; >= 4 two-sided), default 32");
+  add_int64_option(*sub, "--max-distance", args->max_distance,
+                   "Distance where the last bucket starts, default 128");
   sub->add_option("--format", args->format,
                   "text: a 'rel' row over a 'bucket' row; json: {\"rel\": [...], \"buckets\": "
                   "[...]}")

@@ -47,6 +47,12 @@ Command add_bench_command(CLI::App& app);
 /// `posbias attention`: attention_forward on seeded random or given inputs.
 Command add_attention_command(CLI::App& app);
 
+/// Subcommand `name` of `app` with its one-line `description` (in `posbias
+/// --help`) and `footer` (the end of `posbias NAME --help`: what it computes,
+/// examples).
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& description,
+                      const std::string& footer);
+
 /// `--format text|json` (default text) on `sub`, stored in `format`.
 void add_format_option(CLI::App& sub, std::string& format);
 

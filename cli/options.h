@@ -16,6 +16,14 @@ namespace posbias::cli {
 /// int64 (CLI11 2.1 would silently saturate them).
 const CLI::Validator& int64_in_range();
 
+/// An integer option `name` on `sub` stored in `value` (an int64 or a
+/// std::optional of one), checked with int64_in_range().
+template <typename T>
+CLI::Option* add_int64_option(CLI::App& sub, const std::string& name, T& value,
+                              const std::string& help) {
+  return sub.add_option(name, value, help)->check(int64_in_range());
+}
+
 /// A CLI11 validator that rejects an empty value. CLI11 2.1 converts "" to 0
 /// (`--heads ""`) or to "not given" (`--total-heads ""` into a std::optional)
 /// without a word; no option of the tools means anything by an empty value.

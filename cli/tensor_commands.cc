@@ -56,6 +56,13 @@ CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const 
 
 }  // namespace
 
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& description,
+                      const std::string& footer) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  sub->footer(footer);
+  return sub;
+}
+
 void add_plot_option(CLI::App& sub, std::string& path) {
   sub.add_option("--plot", path,
                  "Draw the bias as a heatmap into FILE (.png or .svg) instead of printing it: one "
@@ -88,16 +95,14 @@ Command add_slopes_command(CLI::App& app) {
     std::string format = "text";
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand("slopes", "The ALiBi slopes of N heads");
-  sub->footer(
-      "The paper's schedule (x-transformers, BLOOM, MPT), or with --max-bias ggml's\n"
-      "/ MPT's. --range H0:H1 gives heads [H0, H1) of the N-head schedule, what a\n"
-      "tensor-parallel rank holding them needs.\n"
-      "Example:\n"
-      "  posbias slopes --heads 12 --range 8:12 --format json");
-  sub->add_option("--heads", args->heads, "Number of heads N (>= 1)")
-      ->required()
-      ->check(int64_in_range());
+  CLI::App* sub =
+      add_command(app, "slopes", "The ALiBi slopes of N heads",
+                  "The paper's schedule (x-transformers, BLOOM, MPT), or with --max-bias ggml's\n"
+                  "/ MPT's. --range H0:H1 gives heads [H0, H1) of the N-head schedule, what a\n"
+                  "tensor-parallel rank holding them needs.\n"
+                  "Example:\n"
+                  "  posbias slopes --heads 12 --range 8:12 --format json");
+  add_int64_option(*sub, "--heads", args->heads, "Number of heads N (>= 1)")->required();
   sub->add_option("--max-bias", args->max_bias,
                   "ggml / MPT max_bias (8 gives the standard slopes; <= 0 gives "
                   "slope 1 for every head, as in ggml)");
@@ -139,21 +144,19 @@ Command add_alibi_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub =
-      app.add_subcommand("alibi", "The ALiBi bias AlibiPositionalBias(H, T).forward(i, j)");
-  sub->footer(
-      "Shape [T, i, j]: bias[h][r][c] = -slope[h] * |c - (j - i + r)| for h < H\n"
-      "(the queries are the last i of the j keys), 0 for heads H..T-1.\n"
-      "--plot FILE draws it instead of printing it (see `posbias dpb --help`).\n"
-      "Examples:\n"
-      "  posbias alibi --heads 4 --total-heads 8 -i 8 -j 15\n"
-      "  posbias alibi --heads 8 -i 4096 -j 4096 --plot alibi.png");
-  sub->add_option("--heads", args->heads, "Biased heads H (>= 1); may be left out with --slopes")
-      ->check(int64_in_range());
-  sub->add_option("--total-heads", args->total_heads,
-                  "All heads T (>= H; default H); the last T - H get no bias")
-      ->check(int64_in_range());
-  sub->add_option("-i", args->i, "Query length (>= 0)")->required()->check(int64_in_range());
-  sub->add_option("-j", args->j, "Key length (>= 0)")->required()->check(int64_in_range());
+      add_command(app, "alibi", "The ALiBi bias AlibiPositionalBias(H, T).forward(i, j)",
+                  "Shape [T, i, j]: bias[h][r][c] = -slope[h] * |c - (j - i + r)| for h < H\n"
+                  "(the queries are the last i of the j keys), 0 for heads H..T-1.\n"
+                  "--plot FILE draws it instead of printing it (see `posbias dpb --help`).\n"
+                  "Examples:\n"
+                  "  posbias alibi --heads 4 --total-heads 8 -i 8 -j 15\n"
+                  "  posbias alibi --heads 8 -i 4096 -j 4096 --plot alibi.png");
+  add_int64_option(*sub, "--heads", args->heads,
+                   "Biased heads H (>= 1); may be left out with --slopes");
+  add_int64_option(*sub, "--total-heads", args->total_heads,
+                   "All heads T (>= H; default H); the last T - H get no bias");
+  add_int64_option(*sub, "-i", args->i, "Query length (>= 0)")->required();
+  add_int64_option(*sub, "-j", args->j, "Key length (>= 0)")->required();
   sub->add_option("--dtype", args->dtype,
                   "Output dtype: float32, bfloat16 or float16 (computed in "
                   "float32, rounded once)")
@@ -210,26 +213,19 @@ Command add_alibi_bias_command(CLI::App& app) {
     CLI::Option* slopes_option = nullptr;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand(
-      "alibi-bias", "The \"ALiBi\" seed's AlibiBias(n_heads, causal).build(q_len, k_len)");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "alibi-bias", "The \"ALiBi\" seed's AlibiBias(n_heads, causal).build(q_len, k_len)",
       "Shape [1, n_heads, q_len, k_len] with the seed's top-left positions (query\n"
       "r, key c): bias = slope * max(r - c, 0) (causal) or slope * |r - c|, the\n"
       "slopes used with their sign.\n"
       "The seed's worked example:\n"
       "  posbias alibi-bias --heads 1 --no-causal --slopes -0.2 -i 3 -j 3");
-  sub->add_option("--heads,--n-heads", args->heads, "Number of heads (>= 1)")
-      ->required()
-      ->check(int64_in_range());
+  add_int64_option(*sub, "--heads,--n-heads", args->heads, "Number of heads (>= 1)")->required();
   sub->add_flag("--causal,!--no-causal", args->causal,
                 "Causal distance max(r - c, 0) (the default; future keys get 0, "
                 "masking them is separate) or, with --no-causal, |r - c|");
-  sub->add_option("-i,--q-len", args->q_len, "Query length (>= 0)")
-      ->required()
-      ->check(int64_in_range());
-  sub->add_option("-j,--k-len", args->k_len, "Key length (>= 0)")
-      ->required()
-      ->check(int64_in_range());
+  add_int64_option(*sub, "-i,--q-len", args->q_len, "Query length (>= 0)")->required();
+  add_int64_option(*sub, "-j,--k-len", args->k_len, "Key length (>= 0)")->required();
   sub->add_option("--dtype", args->dtype, "Output dtype: float32, bfloat16 or float16")
       ->default_str("float32");
   add_format_option(*sub, args->format);

@@ -19,9 +19,8 @@ Command add_demo_command(CLI::App& app) {
     std::string progress = "auto";
   };
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand(
-      "demo", "The seed documents' examples, run and explained, with pictures and timings");
-  sub->footer(
+  CLI::App* sub = add_command(
+      app, "demo", "The seed documents' examples, run and explained, with pictures and timings",
       "Runs the usage examples of the AlibiPositionalBias documentation (heads 4 of\n"
       "8: (10, 10), (5, 5) from the stored bias, (8, 15)), a decode step, the\n"
       "\"ALiBi\" seed's worked example and its AlibiBias builder (causal and not),\n"
@@ -35,9 +34,8 @@ Command add_demo_command(CLI::App& app) {
   sub->add_option("--out", args->options.plot_dir, "Folder for the pictures (created if missing)")
       ->type_name("DIR")
       ->default_str(args->options.plot_dir);
-  sub->add_option("--length", args->options.attention_length,
-                  "Sequence length of the attention comparison (64..65536)")
-      ->check(int64_in_range())
+  add_int64_option(*sub, "--length", args->options.attention_length,
+                   "Sequence length of the attention comparison (64..65536)")
       ->default_str(std::to_string(args->options.attention_length));
   sub->add_option("--repetitions", args->options.repetitions,
                   "Timed runs per attention variant (1..20); the median is shown")
@@ -67,12 +65,11 @@ Command add_demo_command(CLI::App& app) {
 Command add_check_golden_command(CLI::App& app) {
   auto file = std::make_shared<std::string>();
   CLI::App* sub =
-      app.add_subcommand("check-golden", "Check this build against a reference-vector file");
-  sub->footer(
-      "The format is tests/data/golden/README.md. Prints one line per failing case,\n"
-      "then 'N passed, M failed, K skipped' (skipped: kinds this build does not\n"
-      "check yet, and unknown kinds). Exit code 1 if a case failed, 2 if the file\n"
-      "cannot be read or is not a golden file.");
+      add_command(app, "check-golden", "Check this build against a reference-vector file",
+                  "The format is tests/data/golden/README.md. Prints one line per failing case,\n"
+                  "then 'N passed, M failed, K skipped' (skipped: kinds this build does not\n"
+                  "check yet, and unknown kinds). Exit code 1 if a case failed, 2 if the file\n"
+                  "cannot be read or is not a golden file.");
   sub->add_option("file", *file, "The golden file, e.g. tests/data/golden/golden.json")->required();
   return {sub, [file](std::ostream& out) {
             const GoldenReport report = check_golden_file(*file);
