@@ -255,6 +255,16 @@ TEST(RelativePositionBias, MatchesTheCoreTable) {
       EXPECT_TRUE(torch::allclose(t.select(1, (7 - 4 + r) - c + 6), want));
     }
   }
+  // i > j (query positions below zero): the core expands a table built for
+  // max(i, j), read at its centre.
+  const auto tall = m->forward(7, 4);
+  for (int64_t r = 0; r < 7; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const int64_t bucket = posbias::t5_relative_position_bucket(c - (4 - 7 + r), false, 32, 128);
+      EXPECT_TRUE(torch::allclose(tall.select(1, r).select(1, c),
+                                  m->relative_attention_bias->weight[bucket] * 0.5));
+    }
+  }
 }
 
 // Attention in plain libtorch (double), the SPEC formula.

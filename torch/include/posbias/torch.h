@@ -246,8 +246,11 @@ struct DynamicPositionBiasOptions {
 /// mlp.4.weight [heads, dim], mlp.4.bias). nn.Linear's default init.
 /// forward(i, j), 0 <= i <= j: the MLP on the distances 0..j-1 gives
 /// T[j, heads]; bias[h][r][c] = T[|q_r - c|][h], [heads, i, j]; i and j are
-/// lengths (forward(0, 5) is an empty [heads, 0, 5]). Trainable through
-/// autograd (torch ops); dtype and device follow the module.
+/// lengths (forward(0, 5) is an empty [heads, 0, 5]). The table comes from
+/// the MLP in torch ops, the bias from the core's expansion
+/// (expand_distance_table; its backward the core's reduction): trainable
+/// through autograd, in the module's dtype (float32, bfloat16, float16; a
+/// float64 module is refused with c10::TypeError), on the CPU.
 class DynamicPositionBiasImpl : public torch::nn::Cloneable<DynamicPositionBiasImpl> {
  public:
   DynamicPositionBiasImpl(int64_t dim, int64_t heads)
@@ -279,7 +282,8 @@ struct RelativePositionBiasOptions {
 
 /// T5 relative position bias: embedding "relative_attention_bias"
 /// [num_buckets, heads] (N(0, 1) init, as nn.Embedding);
-/// bias[h][r][c] = E[bucket(c - q_r)][h] * scale, [heads, i, j]. Trainable
+/// bias[h][r][c] = E[bucket(c - q_r)][h] * scale, [heads, i, j] (i > j
+/// too): the core's expansion of distance_table(max(i, j)). Trainable
 /// through autograd.
 class RelativePositionBiasImpl : public torch::nn::Cloneable<RelativePositionBiasImpl> {
  public:
