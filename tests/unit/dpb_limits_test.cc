@@ -1,6 +1,5 @@
 // Requests whose output cannot fit in memory are refused before anything is
-// allocated, with the size in the message (issue 7): DynamicPositionBias, and the memory its calls
-// hold.
+// allocated, with the size in the message (issue 7): DynamicPositionBias.
 //
 // "Before allocating" is checked by the sizes chosen: each request below
 // would need terabytes or more, so an attempt to allocate would fail with
@@ -8,6 +7,9 @@
 // requests past its maximum), and a fill would never finish; the tests
 // require std::length_error (or std::invalid_argument where the input is
 // inconsistent) instead, naming the shape and the bytes.
+// Requests that fit must not need much more memory than their output
+// (peak resident growth, test::expect_little_more_memory_than_output), and
+// the backward holds one partial gradient per thread.
 #include <gtest/gtest.h>
 #include <omp.h>
 

@@ -7,6 +7,8 @@
 // requests past its maximum), and a fill would never finish; the tests
 // require std::length_error (or std::invalid_argument where the input is
 // inconsistent) instead, naming the shape and the bytes.
+// Requests that fit must not need much more memory than their output
+// (peak resident growth, test::expect_little_more_memory_than_output).
 #include <gtest/gtest.h>
 
 #include <cstdint>
