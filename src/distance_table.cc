@@ -53,11 +53,12 @@ std::int64_t checked_centre(const char* who, const std::string& table_desc, std:
   }
   const std::int64_t centre = (n - 1) / 2;
   if (i > 0 && j > 0 && (i - 1 > centre || j - 1 > centre)) {
-    throw std::invalid_argument(std::string(who) + ": the table (" + table_desc +
-                                ", centre " + std::to_string(centre) +
-                                ") is too short for i = " + std::to_string(i) +
-                                ", j = " + std::to_string(j) + ": the distances 1 - i .. j - 1 "
-                                "need " + needed_length(i, j));
+    throw std::invalid_argument(
+        std::string(who) + ": the table (" + table_desc + ", centre " + std::to_string(centre) +
+        ") is too short for i = " + std::to_string(i) + ", j = " + std::to_string(j) +
+        ": the distances 1 - i .. j - 1 "
+        "need " +
+        needed_length(i, j));
   }
   return centre;
 }
@@ -97,8 +98,8 @@ ExpandShape check_expand(const Tensor& table, std::int64_t i, std::int64_t j, DT
 // head, as float32 at dst[h * count + k].
 template <typename T>
 void fill_reversed(const T* base, std::int64_t heads, std::int64_t head_stride,
-                   std::int64_t entry_stride, std::int64_t top, std::int64_t k0,
-                   std::int64_t count, float* dst) {
+                   std::int64_t entry_stride, std::int64_t top, std::int64_t k0, std::int64_t count,
+                   float* dst) {
   for (std::int64_t h = 0; h < heads; ++h) {
     const T* src = base + h * head_stride + (top - k0) * entry_stride;
     float* d = dst + h * count;
@@ -204,9 +205,8 @@ Tensor reduce_distance_table(const Tensor& grad, std::int64_t n) {
   const std::int64_t heads = grad.size(0);
   const std::int64_t i = grad.size(1);
   const std::int64_t j = grad.size(2);
-  const std::int64_t centre =
-      checked_centre(who, "n = " + std::to_string(n) + " for the gradient " + with_shape(grad), n,
-                     i, j);
+  const std::int64_t centre = checked_centre(
+      who, "n = " + std::to_string(n) + " for the gradient " + with_shape(grad), n, i, j);
   try {
     detail::checked_numel({heads, n}, DType::kFloat32);
   } catch (const std::length_error& e) {

@@ -27,9 +27,21 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> c;
   for (std::int64_t heads : {1, 3, 8}) {
-    for (auto ij : std::vector<std::pair<std::int64_t, std::int64_t>>{
-             {0, 0}, {0, 5}, {5, 0}, {1, 1}, {1, 9}, {4, 4}, {5, 9}, {9, 5}, {16, 31}, {31, 16},
-             {3, 100}, {100, 3}, {1, 1500}, {1500, 1}, {64, 64}}) {
+    for (auto ij : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 0},
+                                                                      {0, 5},
+                                                                      {5, 0},
+                                                                      {1, 1},
+                                                                      {1, 9},
+                                                                      {4, 4},
+                                                                      {5, 9},
+                                                                      {9, 5},
+                                                                      {16, 31},
+                                                                      {31, 16},
+                                                                      {3, 100},
+                                                                      {100, 3},
+                                                                      {1, 1500},
+                                                                      {1500, 1},
+                                                                      {64, 64}}) {
       c.push_back({heads, ij.first, ij.second});
     }
   }
@@ -120,16 +132,17 @@ TEST(DistanceTable, ExpandMatchesNaiveForEveryShapeAndDtype) {
 TEST(DistanceTable, ExpandReadsStridedStrideZeroAnd16BitTables) {
   const std::int64_t heads = 3, i = 7, j = 12, n = 2 * 12 - 1 + 4;
   // Every other entry of a [heads, 2n + 5] buffer: entry stride 2, head stride 2n + 5.
-  std::vector<float> buffer = random_values(static_cast<std::size_t>(heads * (2 * n + 5)), 9, false);
+  std::vector<float> buffer =
+      random_values(static_cast<std::size_t>(heads * (2 * n + 5)), 9, false);
   const Tensor strided =
       Tensor::from_blob(buffer.data(), {heads, n}, {2 * n + 5, 2}, DType::kFloat32);
   // One head's table shared by all heads (stride 0).
   const Tensor broadcast = Tensor::from_blob(buffer.data(), {heads, n}, {0, 1}, DType::kFloat32);
   // A transposed [n, heads] buffer read as [heads, n].
-  const Tensor transposed = Tensor::from_vector({n, heads}, std::vector<float>(
-                                                                buffer.begin(),
-                                                                buffer.begin() + n * heads))
-                                .transpose(0, 1);
+  const Tensor transposed =
+      Tensor::from_vector({n, heads},
+                          std::vector<float>(buffer.begin(), buffer.begin() + n * heads))
+          .transpose(0, 1);
   for (const Tensor& t : {strided, broadcast, transposed, strided.to(DType::kBFloat16),
                           strided.to(DType::kFloat16)}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -168,16 +181,14 @@ TEST(DistanceTable, ReduceIsTheExactAdjointForEveryShape) {
       EXPECT_EQ(reduce_distance_table(swapped, n).to_float_vector(), naive_reduce(grad, n));
       // The stride-0 gradient of bias.sum(): every element 1.
       float one = 1.0f;
-      const Tensor ones =
-          Tensor::from_blob(&one, {c.heads, c.i, c.j}, {0, 0, 0}, DType::kFloat32);
+      const Tensor ones = Tensor::from_blob(&one, {c.heads, c.i, c.j}, {0, 0, 0}, DType::kFloat32);
       EXPECT_EQ(reduce_distance_table(ones, n).to_float_vector(), naive_reduce(ones, n));
     }
   }
 }
 
 TEST(DistanceTable, ReduceDoesNotDependOnTheThreadCount) {
-  const Tensor grad =
-      Tensor::from_vector({4, 300, 700}, random_values(4 * 300 * 700, 7, false));
+  const Tensor grad = Tensor::from_vector({4, 300, 700}, random_values(4 * 300 * 700, 7, false));
   const int before = omp_get_max_threads();
   omp_set_num_threads(1);
   const std::vector<float> one = reduce_distance_table(grad, 2 * 700 - 1).to_float_vector();
@@ -204,26 +215,32 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 TEST(DistanceTable, BadArgumentsAreClearErrors) {
   const Tensor t7 = Tensor::full({2, 7}, 1.0f);
   using IA = std::invalid_argument;
-  expect_error<IA>([&] { expand_distance_table(Tensor::full({2, 8}, 1.0f), 2, 3); },
-                   {"expand_distance_table", "n = 8", "[2, 8]", "odd"});
+  expect_error<IA>(
+      [&] {
+        expand_distance_table(Tensor::full({2, 8}, 1.0f), 2, 3);
+      },
+      {"expand_distance_table", "n = 8", "[2, 8]", "odd"});
   expect_error<IA>([&] { expand_distance_table(t7, 5, 5); },
                    {"too short for i = 5, j = 5", "centre 3", "n >= 2 max(i, j) - 1 = 9"});
   expect_error<IA>([&] { expand_distance_table(t7, 2, 5); }, {"i = 2, j = 5", "= 9"});
   expect_error<IA>([&] { expand_distance_table(t7, 6, 2); }, {"i = 6, j = 2", "= 11"});
   expect_error<IA>([&] { expand_distance_table(t7, -1, 3); }, {"i = -1, j = 3", ">= 0"});
   expect_error<IA>([&] { expand_distance_table(t7, 1, -3); }, {"i = 1, j = -3"});
-  expect_error<IA>([&] { expand_distance_table(Tensor::full({2, 7, 1}, 1.0f), 1, 1); },
-                   {"2-d", "[2, 7, 1]"});
-  expect_error<IA>([&] { expand_distance_table(Tensor::full({2, 0}, 1.0f), 0, 0); },
-                   {"n = 0"});
+  expect_error<IA>(
+      [&] {
+        expand_distance_table(Tensor::full({2, 7, 1}, 1.0f), 1, 1);
+      },
+      {"2-d", "[2, 7, 1]"});
+  expect_error<IA>([&] { expand_distance_table(Tensor::full({2, 0}, 1.0f), 0, 0); }, {"n = 0"});
   expect_error<IA>([&] { expand_distance_table_into(t7, 2, 3, DType::kFloat32, nullptr); },
                    {"out is null for 12 elements"});
   // A stride-0 table claiming 2^41 entries: the bias would not fit.
   float one = 1.0f;
   const std::int64_t huge = (std::int64_t{1} << 41) + 1;
   const Tensor wide = Tensor::from_blob(&one, {4, huge}, {0, 0}, DType::kFloat32);
-  expect_error<std::length_error>([&] { expand_distance_table(wide, std::int64_t{1} << 40, 1 << 20); },
-                                  {"expand_distance_table", "[4, 1099511627776, 1048576]"});
+  expect_error<std::length_error>(
+      [&] { expand_distance_table(wide, std::int64_t{1} << 40, 1 << 20); },
+      {"expand_distance_table", "[4, 1099511627776, 1048576]"});
   // Lengths near int64's limit: the message's 2 max(i, j) - 1 must not overflow.
   expect_error<IA>([&] { expand_distance_table(t7, 1, INT64_MAX); }, {"beyond int64"});
 
@@ -232,8 +249,11 @@ TEST(DistanceTable, BadArgumentsAreClearErrors) {
   expect_error<IA>([&] { reduce_distance_table(g, -7); }, {"n = -7"});
   expect_error<IA>([&] { reduce_distance_table(g, 5); },
                    {"too short for i = 3, j = 4", "[2, 3, 4]", "= 7"});
-  expect_error<IA>([&] { reduce_distance_table(Tensor::full({3, 4}, 1.0f), 7); },
-                   {"3-d", "[3, 4]"});
+  expect_error<IA>(
+      [&] {
+        reduce_distance_table(Tensor::full({3, 4}, 1.0f), 7);
+      },
+      {"3-d", "[3, 4]"});
   expect_error<std::length_error>([&] { reduce_distance_table(g, huge * 1024 - 1); },
                                   {"reduce_distance_table", "[2, "});
   // Nothing needed from the table: any odd n is fine.
