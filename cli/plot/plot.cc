@@ -30,7 +30,6 @@ constexpr int kPanelGap = 28;          // between panel blocks
 constexpr int kTickLength = 4;
 constexpr int kColorbarWidth = 20;
 constexpr int kColorbarMinHeight = 128;
-constexpr Rgb kWhite{255, 255, 255};
 constexpr Rgb kInk{30, 30, 30};
 constexpr Rgb kFrame{90, 90, 90};
 
