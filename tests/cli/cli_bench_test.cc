@@ -1,6 +1,8 @@
 // `posbias bench` as a process (it runs the posbias-bench program): the
-// --json interface of every suite at --quick sizes.
+// --json interface of every suite at --quick sizes, and what it says when
+// posbias-bench is not there.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -109,6 +111,41 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
   }
 }
 
+
+// posbias bench runs posbias-bench from beside its own executable: a copy
+// of the tool in a folder without it exits 2 with one line that says how to
+// build it.
+TEST(Cli, BenchWithoutTheBenchProgramSaysHowToBuildIt) {
+#ifdef POSBIAS_INSTALL_BINDIR
+  if (std::filesystem::exists(std::string(POSBIAS_INSTALL_BINDIR) + "/posbias-bench")) {
+    GTEST_SKIP() << "posbias-bench is installed in " << POSBIAS_INSTALL_BINDIR
+                 << ", where the tool looks second";
+  }
+#endif
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "posbias_cli_test_bench_XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path dir = pattern;
+  const std::filesystem::path copy = dir / "posbias";
+  std::filesystem::copy_file(posbias_path(), copy);
+  ASSERT_FALSE(std::filesystem::exists(dir / "posbias-bench"));
+  const std::vector<std::string> args = {"bench", "alibi", "--quick"};
+  const ProcessResult run = run_executable(copy.string(), args);
+  // The options are checked before the program is looked for.
+  const ProcessResult bad = run_executable(copy.string(), {"bench", "no-such-suite"});
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(run.exit_code, 2) << describe(args, run);
+  EXPECT_EQ(run.out, "") << describe(args, run);
+  const std::vector<std::string> lines = lines_of(run.err);
+  ASSERT_EQ(lines.size(), 1u) << describe(args, run);
+  EXPECT_EQ(lines[0].rfind("posbias: error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("posbias-bench"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("cmake --build build --target posbias-bench"), std::string::npos)
+      << lines[0];
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown benchmark suite 'no-such-suite'"), std::string::npos)
+      << bad.err;
+}
 
 }  // namespace
 }  // namespace posbias::cli

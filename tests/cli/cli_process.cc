@@ -35,11 +35,17 @@ TempFile::~TempFile() {
 }
 
 ProcessResult run_posbias(const std::vector<std::string>& args) {
+  return run_executable(POSBIAS_CLI_PATH, args);
+}
+
+std::string posbias_path() { return POSBIAS_CLI_PATH; }
+
+ProcessResult run_executable(const std::string& path, const std::vector<std::string>& args) {
   TempFile out;
   TempFile err;
   EXPECT_GE(out.fd(), 0);
   EXPECT_GE(err.fd(), 0);
-  std::vector<std::string> argv_storage = {POSBIAS_CLI_PATH};
+  std::vector<std::string> argv_storage = {path};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
@@ -55,7 +61,7 @@ ProcessResult run_posbias(const std::vector<std::string>& args) {
   ProcessResult run;
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-    ADD_FAILURE() << "could not run " << POSBIAS_CLI_PATH;
+    ADD_FAILURE() << "could not run " << path;
     return run;
   }
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

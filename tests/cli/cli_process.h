@@ -41,6 +41,12 @@ class TempFile {
 // pipes, so a large output cannot dead-lock the test).
 ProcessResult run_posbias(const std::vector<std::string>& args);
 
+// The same for the program at `path` (a copy of the tool elsewhere).
+ProcessResult run_executable(const std::string& path, const std::vector<std::string>& args);
+
+// Where the tool under test is.
+std::string posbias_path();
+
 std::vector<std::string> lines_of(const std::string& text);
 
 // The command line and what it gave, for failure messages.
