@@ -1,9 +1,9 @@
-// Heatmap figures (see plot.h): downsampling, layout, PNG and SVG rendering,
-// and the atomic file write.
+// The heatmap's data and layout: the colour map, block means (make_grid),
+// where panels, ticks and the colour bar go (make_layout), and writing the
+// file; the PNG and SVG drawing is plot_png.cc and plot_svg.cc.
 #include "plot.h"
 
 #include <fcntl.h>
-#include <png.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,25 +13,63 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 
+#include "plot_draw.h"
+
 namespace posbias::cli::plot {
+namespace detail {
+
+std::string format_value(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", v);
+  return text;
+}
+
+// The value range the colours span: the finite range, widened when it is a
+// single value so that it lands in the middle of the map.
+std::pair<double, double> display_range(const Grid& g) {
+  if (!g.any_finite) return {-1, 1};
+  if (g.vmax > g.vmin) return {g.vmin, g.vmax};
+  const double half = g.vmin == 0 ? 1.0 : std::fabs(g.vmin) / 2;
+  return {g.vmin - half, g.vmin + half};
+}
+
+// Pixel offset of the centre of source position p along an axis.
+int tick_offset(std::int64_t p, std::int64_t block, int cell) {
+  return static_cast<int>((p / block) * cell + cell / 2);
+}
+
+int row_tick_width(const Layout& l) {
+  int w = 0;
+  for (std::int64_t p : l.row_ticks) w = std::max(w, text_width(std::to_string(p), kScale));
+  return w;
+}
+
+// The y-axis label, or its first word, or nothing: what fits along
+// `length` at `char_width` pixels per character (the bitmap font's 12; about
+// 8 for the SVG's 13-pixel sans-serif).
+std::string fitting_label(const std::string& label, int length, int char_width) {
+  const auto width = [&](const std::string& s) { return static_cast<int>(s.size()) * char_width; };
+  if (width(label) <= length) return label;
+  const std::string first = label.substr(0, label.find(' '));
+  return width(first) <= length ? first : "";
+}
+
+double scale_position(const Grid& g, double v) {
+  const auto [lo, hi] = display_range(g);
+  return std::clamp((v - lo) / (hi - lo), 0.0, 1.0);
+}
+
+int colorbar_y(const Layout& l, double t) {
+  return l.colorbar.y + static_cast<int>(std::lround((1 - t) * (l.colorbar.h - 1)));
+}
+
+}  // namespace detail
+
 namespace {
 
-// ------------------------------------------------------------ constants
-
-constexpr int kScale = 2;              // bitmap font scale (glyphs 10x14)
-constexpr int kLine = 7 * kScale + 8;  // one line of text
-constexpr int kPad = 16;               // figure margin
-constexpr int kPanelTarget = 256;      // panel side for square matrices
-constexpr int kPanelMinSide = 64;      // thin matrices are stretched to this
-constexpr int kPanelGap = 28;          // between panel blocks
-constexpr int kTickLength = 4;
-constexpr int kColorbarWidth = 20;
-constexpr int kColorbarMinHeight = 128;
-constexpr Rgb kInk{30, 30, 30};
-constexpr Rgb kFrame{90, 90, 90};
+using namespace detail;
 
 // Control points of the colour map (t, r, g, b), chosen for this project:
 // dark violet -> indigo -> steel teal -> green-teal -> green -> yellow, with
@@ -77,21 +115,6 @@ std::vector<std::int64_t> position_ticks(std::int64_t n) {
   return ticks;
 }
 
-std::string format_value(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.4g", v);
-  return text;
-}
-
-// The value range the colours span: the finite range, widened when it is a
-// single value so that it lands in the middle of the map.
-std::pair<double, double> display_range(const Grid& g) {
-  if (!g.any_finite) return {-1, 1};
-  if (g.vmax > g.vmin) return {g.vmin, g.vmax};
-  const double half = g.vmin == 0 ? 1.0 : std::fabs(g.vmin) / 2;
-  return {g.vmin - half, g.vmin + half};
-}
-
 std::vector<double> value_ticks(const Grid& g) {
   const auto [lo, hi] = display_range(g);
   const double step = nice_step((hi - lo) / 4);
@@ -106,27 +129,6 @@ std::vector<double> value_ticks(const Grid& g) {
 int panel_columns(std::int64_t heads) {
   if (heads <= 4) return static_cast<int>(heads);
   return static_cast<int>(std::ceil(std::sqrt(2.0 * static_cast<double>(heads))));
-}
-
-// Pixel offset of the centre of source position p along an axis.
-int tick_offset(std::int64_t p, std::int64_t block, int cell) {
-  return static_cast<int>((p / block) * cell + cell / 2);
-}
-
-int row_tick_width(const Layout& l) {
-  int w = 0;
-  for (std::int64_t p : l.row_ticks) w = std::max(w, text_width(std::to_string(p), kScale));
-  return w;
-}
-
-// The y-axis label, or its first word, or nothing: what fits along
-// `length` at `char_width` pixels per character (the bitmap font's 12; about
-// 8 for the SVG's 13-pixel sans-serif).
-std::string fitting_label(const std::string& label, int length, int char_width = 6 * kScale) {
-  const auto width = [&](const std::string& s) { return static_cast<int>(s.size()) * char_width; };
-  if (width(label) <= length) return label;
-  const std::string first = label.substr(0, label.find(' '));
-  return width(first) <= length ? first : "";
 }
 
 struct Geometry {
@@ -193,65 +195,9 @@ Layout layout_of(const HeatmapInput& in, const Grid& g) {
   return l;
 }
 
-double scale_position(const Grid& g, double v) {
-  const auto [lo, hi] = display_range(g);
-  return std::clamp((v - lo) / (hi - lo), 0.0, 1.0);
-}
-
-int colorbar_y(const Layout& l, double t) {
-  return l.colorbar.y + static_cast<int>(std::lround((1 - t) * (l.colorbar.h - 1)));
-}
-
-// ------------------------------------------------------------------ SVG
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
-std::string base64(const std::vector<std::uint8_t>& bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (std::size_t k = 0; k < bytes.size(); k += 3) {
-    const std::uint32_t b0 = bytes[k];
-    const std::uint32_t b1 = k + 1 < bytes.size() ? bytes[k + 1] : 0;
-    const std::uint32_t b2 = k + 2 < bytes.size() ? bytes[k + 2] : 0;
-    const std::uint32_t n = (b0 << 16) | (b1 << 8) | b2;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += k + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += k + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
-  }
-  return out;
-}
-
-std::string hex(Rgb c) {
-  char text[8];
-  std::snprintf(text, sizeof text, "#%02x%02x%02x", c.r, c.g, c.b);
-  return text;
-}
-
 }  // namespace
+
+// --------------------------------------------------------------- public
 
 // --------------------------------------------------------------- public
 
@@ -384,205 +330,6 @@ Layout make_layout(const HeatmapInput& input, const Grid& grid) { return layout_
 Rgb colour_of(const Grid& grid, double v) {
   if (!std::isfinite(v)) return kNonFiniteColour;
   return colormap(scale_position(grid, v));
-}
-
-void Image::set(int x, int y, Rgb c) {
-  if (x < 0 || y < 0 || x >= width || y >= height) return;
-  const auto k = (static_cast<std::size_t>(y) * static_cast<std::size_t>(width) +
-                  static_cast<std::size_t>(x)) *
-                 3;
-  rgb[k] = c.r;
-  rgb[k + 1] = c.g;
-  rgb[k + 2] = c.b;
-}
-
-void Image::fill_rect(int x, int y, int w, int h, Rgb c) {
-  for (int yy = std::max(0, y); yy < std::min(height, y + h); ++yy) {
-    for (int xx = std::max(0, x); xx < std::min(width, x + w); ++xx) set(xx, yy, c);
-  }
-}
-
-std::vector<std::uint8_t> encode_png(const Image& image) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  png.width = static_cast<png_uint_32>(image.width);
-  png.height = static_cast<png_uint_32>(image.height);
-  png.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  if (!png_image_write_to_memory(&png, nullptr, &size, 0, image.rgb.data(), 0, nullptr)) {
-    const std::string message = png.message;
-    png_image_free(&png);
-    throw std::runtime_error("PNG encoding failed: " + message);
-  }
-  std::vector<std::uint8_t> bytes(size);
-  if (!png_image_write_to_memory(&png, bytes.data(), &size, 0, image.rgb.data(), 0, nullptr)) {
-    const std::string message = png.message;
-    png_image_free(&png);
-    throw std::runtime_error("PNG encoding failed: " + message);
-  }
-  bytes.resize(size);
-  return bytes;
-}
-
-std::vector<std::uint8_t> render_png(const HeatmapInput& in, const Grid& g) {
-  const Layout l = layout_of(in, g);
-  Image img;
-  img.width = l.width;
-  img.height = l.height;
-  img.rgb.assign(static_cast<std::size_t>(img.width) * static_cast<std::size_t>(img.height) * 3,
-                 255);
-  draw_text(img, kPad, kPad, in.title, kScale, kInk);
-  const std::string note = g.downsample_note();
-  if (!note.empty()) draw_text(img, kPad, kPad + kLine, note, kScale, kInk);
-
-  for (std::int64_t h = 0; h < g.heads; ++h) {
-    const Rect& p = l.panels[static_cast<std::size_t>(h)];
-    draw_text(img, p.x, p.y - kLine + 2, in.panel_titles[static_cast<std::size_t>(h)], kScale,
-              kInk);
-    for (std::int64_t r = 0; r < g.rows; ++r) {
-      for (std::int64_t c = 0; c < g.cols; ++c) {
-        img.fill_rect(p.x + static_cast<int>(c) * l.cell_w, p.y + static_cast<int>(r) * l.cell_h,
-                      l.cell_w, l.cell_h, colour_of(g, g.at(h, r, c)));
-      }
-    }
-    // Frame just outside the panel.
-    img.fill_rect(p.x - 1, p.y - 1, p.w + 2, 1, kFrame);
-    img.fill_rect(p.x - 1, p.y + p.h, p.w + 2, 1, kFrame);
-    img.fill_rect(p.x - 1, p.y - 1, 1, p.h + 2, kFrame);
-    img.fill_rect(p.x + p.w, p.y - 1, 1, p.h + 2, kFrame);
-    // Column ticks below, row ticks on the left.
-    for (std::int64_t pos : l.col_ticks) {
-      const int x = p.x + tick_offset(pos, g.block_cols, l.cell_w);
-      img.fill_rect(x, p.y + p.h + 1, 1, kTickLength, kFrame);
-      const std::string label = std::to_string(pos);
-      draw_text(img, x - text_width(label, kScale) / 2, p.y + p.h + kTickLength + 4, label, kScale,
-                kInk);
-    }
-    for (std::int64_t pos : l.row_ticks) {
-      const int y = p.y + tick_offset(pos, g.block_rows, l.cell_h);
-      img.fill_rect(p.x - 1 - kTickLength, y, kTickLength, 1, kFrame);
-      const std::string label = std::to_string(pos);
-      draw_text(img, p.x - kTickLength - 4 - text_width(label, kScale), y - 7 * kScale / 2, label,
-                kScale, kInk);
-    }
-    draw_text(img, p.x + (p.w - text_width(in.col_label, kScale)) / 2,
-              p.y + p.h + kTickLength + kLine + 4, in.col_label, kScale, kInk);
-    const int label_x = p.x - kTickLength - 6 - row_tick_width(l) - 7 * kScale - 4;
-    const std::string row_label = fitting_label(in.row_label, p.h);
-    const int label_len = text_width(row_label, kScale);
-    draw_text(img, label_x, p.y + (p.h + label_len) / 2, row_label, kScale, kInk,
-              /*rotated=*/true);
-  }
-
-  // Colour bar: top = the largest value.
-  const Rect& cb = l.colorbar;
-  draw_text(img, cb.x, cb.y - kLine - 4, in.value_label, kScale, kInk);
-  for (int y = 0; y < cb.h; ++y) {
-    const double t = 1 - (static_cast<double>(y) + 0.5) / cb.h;
-    img.fill_rect(cb.x, cb.y + y, cb.w, 1, colormap(t));
-  }
-  img.fill_rect(cb.x - 1, cb.y - 1, cb.w + 2, 1, kFrame);
-  img.fill_rect(cb.x - 1, cb.y + cb.h, cb.w + 2, 1, kFrame);
-  img.fill_rect(cb.x - 1, cb.y - 1, 1, cb.h + 2, kFrame);
-  img.fill_rect(cb.x + cb.w, cb.y - 1, 1, cb.h + 2, kFrame);
-  for (double v : l.colorbar_ticks) {
-    const int y = colorbar_y(l, scale_position(g, v));
-    img.fill_rect(cb.x + cb.w + 1, y, kTickLength, 1, kFrame);
-    draw_text(img, cb.x + cb.w + kTickLength + 4, y - 7 * kScale / 2, format_value(v), kScale,
-              kInk);
-  }
-  return encode_png(img);
-}
-
-std::string render_svg(const HeatmapInput& in, const Grid& g) {
-  const Layout l = layout_of(in, g);
-  std::ostringstream s;
-  const char* font = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
-  s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<svg xmlns=\"http://www.w3.org/2000/svg\" xmlns:xlink=\"http://www.w3.org/1999/xlink\" "
-    << "width=\"" << l.width << "\" height=\"" << l.height << "\" viewBox=\"0 0 " << l.width << " "
-    << l.height << "\">\n";
-  s << "<title>" << xml_escape(in.title) << "</title>\n";
-  s << "<defs><linearGradient id=\"colormap\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">\n";
-  for (int k = 0; k <= 32; ++k) {
-    const double t = k / 32.0;
-    s << "  <stop offset=\"" << format_value(t) << "\" stop-color=\"" << hex(colormap(t))
-      << "\"/>\n";
-  }
-  s << "</linearGradient></defs>\n";
-  s << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  s << "<text class=\"figure-title\" x=\"" << kPad << "\" y=\"" << kPad + 14 << "\" " << font
-    << " font-size=\"16\" font-weight=\"bold\">" << xml_escape(in.title) << "</text>\n";
-  const std::string note = g.downsample_note();
-  if (!note.empty()) {
-    s << "<text class=\"downsample-note\" x=\"" << kPad << "\" y=\"" << kPad + kLine + 14 << "\" "
-      << font << " font-size=\"14\">" << xml_escape(note) << "</text>\n";
-  }
-  for (std::int64_t h = 0; h < g.heads; ++h) {
-    const Rect& p = l.panels[static_cast<std::size_t>(h)];
-    // The panel's cells as a small PNG (one pixel per cell), scaled up
-    // without smoothing.
-    Image cells;
-    cells.width = static_cast<int>(g.cols);
-    cells.height = static_cast<int>(g.rows);
-    cells.rgb.resize(static_cast<std::size_t>(g.rows * g.cols) * 3);
-    for (std::int64_t r = 0; r < g.rows; ++r) {
-      for (std::int64_t c = 0; c < g.cols; ++c) {
-        cells.set(static_cast<int>(c), static_cast<int>(r), colour_of(g, g.at(h, r, c)));
-      }
-    }
-    s << "<g class=\"panel\" data-head=\"" << h << "\">\n";
-    s << "  <text class=\"panel-title\" x=\"" << p.x << "\" y=\"" << p.y - 6 << "\" " << font
-      << " font-size=\"14\">" << xml_escape(in.panel_titles[static_cast<std::size_t>(h)])
-      << "</text>\n";
-    s << "  <image class=\"heatmap\" x=\"" << p.x << "\" y=\"" << p.y << "\" width=\"" << p.w
-      << "\" height=\"" << p.h << "\" preserveAspectRatio=\"none\" "
-      << "style=\"image-rendering:pixelated;image-rendering:crisp-edges\" "
-      << "xlink:href=\"data:image/png;base64," << base64(encode_png(cells)) << "\"/>\n";
-    s << "  <rect class=\"frame\" x=\"" << p.x - 0.5 << "\" y=\"" << p.y - 0.5 << "\" width=\""
-      << p.w + 1 << "\" height=\"" << p.h + 1 << "\" fill=\"none\" stroke=\"" << hex(kFrame)
-      << "\"/>\n";
-    for (std::int64_t pos : l.col_ticks) {
-      const int x = p.x + tick_offset(pos, g.block_cols, l.cell_w);
-      s << "  <line x1=\"" << x + 0.5 << "\" y1=\"" << p.y + p.h + 1 << "\" x2=\"" << x + 0.5
-        << "\" y2=\"" << p.y + p.h + 1 + kTickLength << "\" stroke=\"" << hex(kFrame) << "\"/>\n";
-      s << "  <text class=\"tick\" x=\"" << x << "\" y=\"" << p.y + p.h + kTickLength + 16 << "\" "
-        << font << " font-size=\"12\" text-anchor=\"middle\">" << pos << "</text>\n";
-    }
-    for (std::int64_t pos : l.row_ticks) {
-      const int y = p.y + tick_offset(pos, g.block_rows, l.cell_h);
-      s << "  <line x1=\"" << p.x - 1 - kTickLength << "\" y1=\"" << y + 0.5 << "\" x2=\""
-        << p.x - 1 << "\" y2=\"" << y + 0.5 << "\" stroke=\"" << hex(kFrame) << "\"/>\n";
-      s << "  <text class=\"tick\" x=\"" << p.x - kTickLength - 4 << "\" y=\"" << y + 4 << "\" "
-        << font << " font-size=\"12\" text-anchor=\"end\">" << pos << "</text>\n";
-    }
-    s << "  <text class=\"axis-label\" x=\"" << p.x + p.w / 2 << "\" y=\""
-      << p.y + p.h + kTickLength + kLine + 16 << "\" " << font
-      << " font-size=\"13\" text-anchor=\"middle\">" << xml_escape(in.col_label) << "</text>\n";
-    const int ly = p.y + p.h / 2;
-    const int label_x = p.x - kTickLength - 6 - row_tick_width(l) - 7 * kScale / 2 - 4;
-    s << "  <text class=\"axis-label\" x=\"" << label_x << "\" y=\"" << ly << "\" " << font
-      << " font-size=\"13\" text-anchor=\"middle\" transform=\"rotate(-90 " << label_x << " " << ly
-      << ")\">" << xml_escape(fitting_label(in.row_label, p.h, 8)) << "</text>\n";
-    s << "</g>\n";
-  }
-  const Rect& cb = l.colorbar;
-  s << "<g class=\"colorbar\">\n";
-  s << "  <text class=\"colorbar-label\" x=\"" << cb.x << "\" y=\"" << cb.y - 8 << "\" " << font
-    << " font-size=\"13\">" << xml_escape(in.value_label) << "</text>\n";
-  s << "  <rect x=\"" << cb.x << "\" y=\"" << cb.y << "\" width=\"" << cb.w << "\" height=\""
-    << cb.h << "\" fill=\"url(#colormap)\" stroke=\"" << hex(kFrame) << "\"/>\n";
-  for (double v : l.colorbar_ticks) {
-    const int y = colorbar_y(l, scale_position(g, v));
-    s << "  <line x1=\"" << cb.x + cb.w << "\" y1=\"" << y + 0.5 << "\" x2=\""
-      << cb.x + cb.w + kTickLength << "\" y2=\"" << y + 0.5 << "\" stroke=\"" << hex(kFrame)
-      << "\"/>\n";
-    s << "  <text class=\"colorbar-tick\" x=\"" << cb.x + cb.w + kTickLength + 4 << "\" y=\""
-      << y + 4 << "\" " << font << " font-size=\"12\">" << format_value(v) << "</text>\n";
-  }
-  s << "</g>\n</svg>\n";
-  return s.str();
 }
 
 void write_file_atomically(const std::string& option, const std::string& path,
