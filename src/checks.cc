@@ -83,4 +83,104 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
   return n;
 }
 
+std::length_error allocation_error(std::size_t bytes, const std::string& what) {
+  return std::length_error("could not allocate " + std::to_string(bytes) + " bytes for " + what);
+}
+
+namespace {
+
+// The length of the UTF-8 sequence at s[k] (2 to 4 bytes), or 0 when the
+// bytes there are not one (a stray continuation byte, an overlong form, a
+// surrogate, past U+10FFFF, or cut short).
+std::size_t utf8_sequence(std::string_view s, std::size_t k) {
+  const auto at = [&](std::size_t n) { return static_cast<unsigned char>(s[k + n]); };
+  const unsigned char b = at(0);
+  std::size_t len = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;  // the range of the second byte
+  if (b >= 0xC2 && b <= 0xDF) {
+    len = 2;
+  } else if (b >= 0xE0 && b <= 0xEF) {
+    len = 3;
+    if (b == 0xE0) lo = 0xA0;
+    if (b == 0xED) hi = 0x9F;
+  } else if (b >= 0xF0 && b <= 0xF4) {
+    len = 4;
+    if (b == 0xF0) lo = 0x90;
+    if (b == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (k + len > s.size() || at(1) < lo || at(1) > hi) return 0;
+  for (std::size_t n = 2; n < len; ++n) {
+    if (at(n) < 0x80 || at(n) > 0xBF) return 0;
+  }
+  return len;
+}
+
+void append_hex(std::string& out, const char* prefix, unsigned value, int digits) {
+  static const char kHex[] = "0123456789abcdef";
+  out += prefix;
+  for (int d = digits - 1; d >= 0; --d) out += kHex[(value >> (4 * d)) & 0xF];
+}
+
+}  // namespace
+
+std::string quoted_name(std::string_view s) {
+  std::string out = "\"";
+  std::size_t k = 0;
+  while (k < s.size() && out.size() < kShownNameChars) {
+    const auto b = static_cast<unsigned char>(s[k]);
+    if (b >= 0x80) {
+      const std::size_t len = utf8_sequence(s, k);
+      if (len == 0) {
+        append_hex(out, "\\x", b, 2);
+        ++k;
+      } else if (b == 0xC2 && static_cast<unsigned char>(s[k + 1]) < 0xA0) {
+        append_hex(out, "\\u", 0x80u + (static_cast<unsigned char>(s[k + 1]) - 0x80u), 4);  // C1
+        k += 2;
+      } else {
+        out.append(s.substr(k, len));
+        k += len;
+      }
+      continue;
+    }
+    switch (b) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (b < 0x20 || b == 0x7F) {
+          append_hex(out, "\\u", b, 4);
+        } else {
+          out += static_cast<char>(b);
+        }
+    }
+    ++k;
+  }
+  if (k < s.size()) return out + "...\" (" + std::to_string(s.size()) + " bytes)";
+  return out + "\"";
+}
+
+std::string quoted_names(const std::vector<std::string>& names, std::size_t max_items) {
+  std::string out;
+  for (std::size_t k = 0; k < names.size() && k < max_items; ++k) {
+    out += (k ? ", " : "") + quoted_name(names[k]);
+  }
+  if (names.size() > max_items) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
 }  // namespace posbias::detail

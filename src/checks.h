@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "posbias/dtype.h"
@@ -38,6 +40,27 @@ std::string shape_string(const std::vector<std::int64_t>& shape);
 
 // Physical memory of this machine in bytes (sysconf), cached.
 std::size_t physical_memory_bytes();
+
+// The error for an allocation that failed although its size passed the
+// memory checks (an address-space limit, memory taken by others):
+// std::length_error("could not allocate <bytes> bytes for <what>"). Every
+// failed allocation of the library becomes this, never a null pointer used.
+std::length_error allocation_error(std::size_t bytes, const std::string& what);
+
+// A name or string from the user (a state-dict key, a tensor name from a
+// file) as messages show it: in double quotes, escaped the way JSON escapes
+// strings (\" \\ \n \t \r, other control bytes, DEL and the C1 controls as
+// \u00XX), bytes that are not UTF-8 as \xNN, and shortened to about
+// kShownNameChars characters, then `..." (N bytes)`. An empty name is "".
+// The one helper every message of the library uses for such strings, so
+// that control bytes cannot garble a terminal and a megabyte-long key
+// cannot make a megabyte-long error line.
+constexpr std::size_t kShownNameChars = 120;
+std::string quoted_name(std::string_view s);
+
+// Up to `max_items` names, each quoted_name(), comma-separated, then
+// ", ... (N in all)" when there are more.
+std::string quoted_names(const std::vector<std::string>& names, std::size_t max_items = 8);
 
 }  // namespace posbias::detail
 

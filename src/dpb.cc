@@ -69,6 +69,52 @@ void check_options(const DpbOptions& o) {
   }
 }
 
+// Bytes a module needs per parameter tensor besides its values, at the peak
+// of a forward call: the Tensor (shape and strides vectors, storage handle
+// and control block), its name, the allocator's rounding to 64 bytes, and
+// the parameter list a call builds again (ParamSpec, the kernel's
+// pointers). Measured about 600 (depth 3e6, dim 4: 3.6 GB peak).
+constexpr double kBytesPerParameterTensor = 768;
+
+// Checks, before anything is built, that the module fits in memory: its
+// parameters (counted with overflow-checked arithmetic), the per-tensor
+// overhead, and one thread's working memory for a forward call. A depth
+// of 1e12 made the constructor list 2e12 parameter names (a hang).
+void check_module_size(const DpbOptions& o) {
+  const std::int64_t blocks = o.variant == DpbVariant::kZeta ? 2 : o.depth;
+  // Per block after the first: Linear(dim, dim) (+ LayerNorm); first:
+  // Linear(1, dim); output: Linear(dim, heads).
+  std::int64_t per_block = 0;
+  std::int64_t values = 0;
+  std::int64_t tensors = 0;
+  const bool overflow =
+      __builtin_mul_overflow(o.dim, o.dim + 1 + (o.norm ? 2 : 0), &per_block) ||
+      __builtin_mul_overflow(per_block, blocks - 1, &values) ||
+      __builtin_add_overflow(values, 2 * o.dim + (o.norm ? 2 * o.dim : 0), &values) ||
+      __builtin_add_overflow(values, o.heads, &values) ||
+      __builtin_mul_overflow(o.heads, o.dim, &per_block) ||
+      __builtin_add_overflow(values, per_block, &values) ||
+      __builtin_mul_overflow(blocks, o.norm ? 4 : 2, &tensors) ||
+      __builtin_add_overflow(tensors, 2, &tensors);
+  std::ostringstream what;
+  what << "DynamicPositionBias: dim " << o.dim << ", heads " << o.heads << ", depth " << o.depth
+       << (o.norm ? " with norm" : "");
+  if (overflow) {
+    throw std::length_error(what.str() + ": the parameter count overflows int64");
+  }
+  const double bytes =
+      static_cast<double>(values) * sizeof(float) +
+      static_cast<double>(tensors) * kBytesPerParameterTensor +
+      detail::dpb_mlp_scratch_bytes(o.dim, o.heads, blocks, o.norm, /*backward=*/false);
+  if (bytes > static_cast<double>(detail::physical_memory_bytes())) {
+    what << ": " << values << " parameters in " << tensors << " tensors need about "
+         << static_cast<std::uint64_t>(bytes)
+         << " bytes (with the MLP's working memory), more than this machine's "
+         << detail::physical_memory_bytes() << " bytes of memory";
+    throw std::length_error(what.str());
+  }
+}
+
 // The parameters in module (state-dict) order.
 std::vector<ParamSpec> param_specs(const DpbOptions& o) {
   std::vector<ParamSpec> s;
@@ -179,8 +225,8 @@ DynamicPositionBias::DynamicPositionBias(std::int64_t dim, std::int64_t heads, s
 DynamicPositionBias::DynamicPositionBias(const DpbOptions& options, std::uint64_t seed)
     : options_(options) {
   check_options(options_);
+  check_module_size(options_);
   const std::vector<ParamSpec> specs = param_specs(options_);
-  for (const ParamSpec& s : specs) detail::checked_numel(s.shape, DType::kFloat32);
   std::mt19937_64 rng(seed);
   for (const ParamSpec& s : specs) {
     names_.push_back(s.name);
@@ -261,7 +307,8 @@ detail::DpbMlp mlp_view(const DpbOptions& o, const std::vector<Tensor>& params) 
 // y[h * y_stride + k].
 void run_mlp(const DpbOptions& o, const detail::DpbMlp& m, std::int64_t s0, std::int64_t step,
              std::int64_t n, float* y, std::int64_t y_stride) {
-  std::vector<float> x(static_cast<std::size_t>(n));
+  std::vector<float> x;
+  detail::resize_scratch(x, n, "the DynamicPositionBias MLP's inputs");
   for (std::int64_t k = 0; k < n; ++k) x[static_cast<std::size_t>(k)] = mlp_input(o, s0 + k * step);
   detail::dpb_mlp_forward(m, x.data(), n, y, y_stride);
 }
@@ -312,7 +359,8 @@ TensorMap mlp_backward(const DpbOptions& o, const detail::DpbMlp& m, std::int64_
   detail::DpbMlpGrads view;
   TensorMap grads = make_grads(o, view);
   if (n == 0) return grads;
-  std::vector<float> x(static_cast<std::size_t>(n));
+  std::vector<float> x;
+  detail::resize_scratch(x, n, "the DynamicPositionBias MLP's inputs");
   for (std::int64_t k = 0; k < n; ++k) x[static_cast<std::size_t>(k)] = mlp_input(o, s0 + k * step);
   detail::dpb_mlp_backward(m, x.data(), n, g, g_stride, view);
   return grads;
@@ -451,10 +499,8 @@ namespace {
 
 [[noreturn]] void throw_unknown_name(const std::string& name,
                                      const std::vector<std::string>& names) {
-  std::string known;
-  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("DynamicPositionBias: no parameter named '" + name +
-                              "' (parameters: " + known + ")");
+  throw std::invalid_argument("DynamicPositionBias: no parameter named " + detail::quoted_name(name) +
+                              " (parameters: " + detail::quoted_names(names) + ")");
 }
 
 }  // namespace
@@ -491,15 +537,14 @@ void DynamicPositionBias::load_state_dict(const TensorMap& state) {
     }
   }
   if (!missing.empty() || !unexpected.empty()) {
+    // Names are quoted and lists shortened: a key from a file may be empty,
+    // hold control bytes or be a megabyte long, and a file may hold a
+    // million of them.
     std::string msg = who;
-    const auto list = [](const std::vector<std::string>& v) {
-      std::string s;
-      for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
-      return s;
-    };
-    if (!missing.empty()) msg += "missing " + list(missing);
+    if (!missing.empty()) msg += "missing " + detail::quoted_names(missing);
     if (!unexpected.empty()) {
-      msg += std::string(missing.empty() ? "" : "; ") + "unexpected " + list(unexpected);
+      msg += std::string(missing.empty() ? "" : "; ") + "unexpected " +
+             detail::quoted_names(unexpected);
     }
     std::ostringstream expect;
     expect << " (a " << variant_name(options_.variant) << " module with dim " << options_.dim
@@ -507,7 +552,7 @@ void DynamicPositionBias::load_state_dict(const TensorMap& state) {
     if (options_.variant != DpbVariant::kZeta) {
       expect << ", depth " << options_.depth << (options_.norm ? ", norm" : "");
     }
-    expect << " has " << list(names_) << ")";
+    expect << " has " << detail::quoted_names(names_) << ")";
     throw std::invalid_argument(msg + expect.str());
   }
   // Check and convert everything before changing anything.

@@ -58,27 +58,13 @@ const char* stored_name(DType dtype) {
   return "F32";
 }
 
-std::string show_name(std::string_view s) {
-  // Names come from untrusted files: show them JSON-escaped (and shortened),
-  // so that control bytes or megabyte-long keys cannot garble a message.
-  std::string body(s.substr(0, 200));
-  std::string out;
-  try {
-    out = json(body).dump(-1, ' ', false, json::error_handler_t::replace);
-  } catch (const std::exception&) {
-    out = "\"?\"";
-  }
-  if (s.size() > 200) out.insert(out.size() - 1, "...");
-  return out;
-}
-
 [[noreturn]] void fail(const std::string& what, const std::string& msg) {
   throw std::invalid_argument("safetensors " + what + ": " + msg);
 }
 
 [[noreturn]] void fail_tensor(const std::string& what, const std::string& name,
                               const std::string& msg) {
-  fail(what, "tensor " + show_name(name) + ": " + msg);
+  fail(what, "tensor " + quoted_name(name) + ": " + msg);
 }
 
 std::string type_of(const json& v) {
@@ -118,7 +104,7 @@ json parse_header_json(std::string_view header, const std::string& what) {
       case json::parse_event_t::array_start:
         if (depth > 2) {
           throw HeaderShapeError{(current_tensor.empty() ? std::string("header")
-                                                         : "tensor " + show_name(current_tensor)) +
+                                                         : "tensor " + quoted_name(current_tensor)) +
                                  ": JSON nested deeper than the safetensors layout allows"};
         }
         if (event == json::parse_event_t::object_start) keys.emplace_back();
@@ -131,8 +117,8 @@ json parse_header_json(std::string_view header, const std::string& what) {
         if (depth == 1) current_tensor = key;
         if (!keys.empty() && !keys.back().insert(key).second) {
           throw HeaderShapeError{
-              (depth == 1 ? std::string("header") : "tensor " + show_name(current_tensor)) +
-              ": duplicate key " + show_name(key)};
+              (depth == 1 ? std::string("header") : "tensor " + quoted_name(current_tensor)) +
+              ": duplicate key " + quoted_name(key)};
         }
         break;
       }
@@ -188,7 +174,7 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
   for (const auto& item : v.items()) {
     if (item.key() != "dtype" && item.key() != "shape" && item.key() != "data_offsets") {
       fail_tensor(what, name,
-                  "unexpected key " + show_name(item.key()) +
+                  "unexpected key " + quoted_name(item.key()) +
                       " (expected exactly dtype, shape, data_offsets)");
     }
   }
@@ -207,7 +193,7 @@ Entry parse_entry(const std::string& name, const json& v, std::uint64_t buffer_s
     const bool known = std::any_of(std::begin(kKnownUnsupported), std::end(kKnownUnsupported),
                                    [&](const char* k) { return dname == k; });
     fail_tensor(what, name,
-                std::string(known ? "dtype " : "unknown dtype ") + show_name(dname) +
+                std::string(known ? "dtype " : "unknown dtype ") + quoted_name(dname) +
                     (known ? " is not supported" : "") + " (expected F32, F16, BF16 or F64)");
   }
 
@@ -273,7 +259,7 @@ void check_metadata(const json& v, const std::string& what) {
   }
   for (const auto& item : v.items()) {
     if (!item.value().is_string()) {
-      fail(what, "__metadata__ entry " + show_name(item.key()) + " must be a string, found " +
+      fail(what, "__metadata__ entry " + quoted_name(item.key()) + " must be a string, found " +
                      type_of(item.value()));
     }
   }
@@ -283,7 +269,7 @@ std::string json_string(const std::string& s, const std::string& what) {
   try {
     return json(s).dump();  // strict: invalid UTF-8 throws
   } catch (const json::exception&) {
-    throw std::invalid_argument("save_safetensors: " + what + " " + show_name(s) +
+    throw std::invalid_argument("save_safetensors: " + what + " " + quoted_name(s) +
                                 " is not valid UTF-8");
   }
 }
@@ -337,13 +323,13 @@ std::vector<Entry> parse_header(std::string_view header, std::uint64_t buffer_si
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < covered) {
-      fail(what, "tensors " + show_name(previous->name) + " [" + std::to_string(previous->begin) +
-                     ", " + std::to_string(previous->end) + ") and " + show_name(e.name) + " [" +
+      fail(what, "tensors " + quoted_name(previous->name) + " [" + std::to_string(previous->begin) +
+                     ", " + std::to_string(previous->end) + ") and " + quoted_name(e.name) + " [" +
                      std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
     }
     if (e.begin > covered) {
       fail(what, "gap in the data buffer: bytes [" + std::to_string(covered) + ", " +
-                     std::to_string(e.begin) + ") before tensor " + show_name(e.name) +
+                     std::to_string(e.begin) + ") before tensor " + quoted_name(e.name) +
                      " belong to no tensor");
     }
     covered = e.end;

@@ -222,11 +222,11 @@ void RelativePositionBias::load_state_dict(const TensorMap& state) {
   if (it == state.end()) {
     throw std::invalid_argument(who + "missing \"" + kWeightName + "\"" +
                                 (state.empty() ? std::string(" (the state dict is empty)")
-                                               : " (got \"" + state.begin()->first + "\")"));
+                                               : " (got " + detail::quoted_name(state.begin()->first) + ")"));
   }
   for (const auto& [name, t] : state) {
     if (name != kWeightName) {
-      throw std::invalid_argument(who + "unexpected \"" + name + "\" (expected only \"" +
+      throw std::invalid_argument(who + "unexpected " + detail::quoted_name(name) + " (expected only \"" +
                                   kWeightName + "\")");
     }
   }

@@ -101,8 +101,7 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // per 4 KiB, expensive under virtualisation) cost far more than the writes.
 std::shared_ptr<void> allocate_storage(std::size_t bytes, const std::vector<std::int64_t>& shape) {
   const auto fail = [&] {
-    return std::length_error("could not allocate " + std::to_string(bytes) +
-                             " bytes for a tensor of shape " + detail::shape_string(shape));
+    return detail::allocation_error(bytes, "a tensor of shape " + detail::shape_string(shape));
   };
   if (bytes >= 2 * kHugePage) {
     const std::size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;

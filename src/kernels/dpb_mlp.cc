@@ -113,7 +113,8 @@ MlpPacked Pack(const DpbMlp& m, bool for_backward) {
     if (for_backward && l >= 1) total += out * p.ld;
   }
   if (m.norm) total += 2 * m.depth * p.ld;
-  p.storage = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  p.storage = allocate_scratch<float>(total, "the DynamicPositionBias MLP's packed weights",
+                                      m.scratch);
   float* at = p.storage.get();
   std::fill(at, at + total, 0.0f);
   for (std::int64_t l = 0; l <= m.depth; ++l) {
@@ -265,45 +266,66 @@ HWY_INLINE VF SiluGrad(DF d, VF u) {
 }
 
 // The activations of one block of rows. Buffers are [kBlockRows][ld] (y:
-// [kBlockRows][ldh]), vector-aligned.
+// [kBlockRows][ldh]), vector-aligned. The backward keeps every layer's; the
+// forward needs only the current layer's, so there its layers share three
+// planes (u, and a ping-ponging between two) and one for zhat: its scratch
+// does not grow with depth (at depth 300000 it was 2.4 GB per thread).
 struct MlpWork {
   hwy::AlignedFreeUniquePtr<float[]> storage;
   std::vector<float*> u;     // l < depth: pre-activation (after LayerNorm)
   std::vector<float*> zhat;  // l < depth, norm only: normalised z
   std::vector<float*> a;     // l = 1..depth: a_l (a[0] unused)
-  std::vector<float> rstd;   // [depth][kBlockRows]
+  std::vector<float> rstd;   // [depth][kBlockRows] (forward: [kBlockRows])
+  bool shared_layers = false;
   float* y = nullptr;        // output layer / its gradient
   float* da = nullptr;       // backward scratch
   float* dz = nullptr;
+  float* rstd_row(std::int64_t l) { return rstd.data() + (shared_layers ? 0 : l * kBlockRows); }
 };
+
+// Planes of kBlockRows x ld floats MakeWork allocates (besides y).
+std::int64_t WorkPlanes(const DpbMlp& m, bool for_backward) {
+  return for_backward ? m.depth * (m.norm ? 3 : 2) + 2 : (m.norm ? 4 : 3);
+}
 
 MlpWork MakeWork(const DpbMlp& m, const MlpPacked& p, bool for_backward) {
   MlpWork w;
+  w.shared_layers = !for_backward;
   const std::int64_t plane = kBlockRows * p.ld;
-  const std::int64_t planes = m.depth * (m.norm ? 3 : 2) + (for_backward ? 2 : 0);
-  const std::int64_t total = planes * plane + kBlockRows * p.ldh;
-  w.storage = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  const std::int64_t total = WorkPlanes(m, for_backward) * plane + kBlockRows * p.ldh;
+  w.storage = allocate_scratch<float>(total, "the DynamicPositionBias MLP's activations", m.scratch);
   float* at = w.storage.get();
   std::fill(at, at + total, 0.0f);
-  w.a.push_back(nullptr);
-  for (std::int64_t l = 0; l < m.depth; ++l) {
-    w.u.push_back(at);
+  const auto take = [&] {
+    float* plane_at = at;
     at += plane;
-    w.a.push_back(at);
-    at += plane;
-    if (m.norm) {
-      w.zhat.push_back(at);
-      at += plane;
+    return plane_at;
+  };
+  resize_scratch(w.u, m.depth, "the DynamicPositionBias MLP's layer list");
+  resize_scratch(w.a, m.depth + 1, "the DynamicPositionBias MLP's layer list");
+  if (m.norm) resize_scratch(w.zhat, m.depth, "the DynamicPositionBias MLP's layer list");
+  if (for_backward) {
+    for (std::int64_t l = 0; l < m.depth; ++l) {
+      w.u[l] = take();
+      w.a[l + 1] = take();
+      if (m.norm) w.zhat[l] = take();
+    }
+    w.da = take();
+    w.dz = take();
+  } else {
+    float* u = take();
+    float* a0 = take();
+    float* a1 = take();
+    float* zhat = m.norm ? take() : nullptr;
+    for (std::int64_t l = 0; l < m.depth; ++l) {
+      w.u[l] = u;
+      w.a[l + 1] = l % 2 == 0 ? a0 : a1;  // layer l reads a[l], the other one
+      if (m.norm) w.zhat[l] = zhat;
     }
   }
-  if (for_backward) {
-    w.da = at;
-    at += plane;
-    w.dz = at;
-    at += plane;
-  }
   w.y = at;
-  w.rstd.assign(static_cast<std::size_t>(m.depth * kBlockRows), 0.0f);
+  resize_scratch(w.rstd, (for_backward ? m.depth : 1) * kBlockRows,
+                 "the DynamicPositionBias MLP's LayerNorm statistics", 0.0f);
   return w;
 }
 
@@ -364,7 +386,7 @@ void ForwardBlock(const DpbMlp& m, const MlpPacked& p, const float* x, std::int6
     }
     if (m.norm) {
       for (std::int64_t r = 0; r < rows; ++r) {
-        LayerNormRow(d, u + r * ld, w.zhat[l] + r * ld, &w.rstd[l * kBlockRows + r], p.lnw[l],
+        LayerNormRow(d, u + r * ld, w.zhat[l] + r * ld, w.rstd_row(l) + r, p.lnw[l],
                      p.lnb[l], m.dim, ld, m.eps);
       }
     }
@@ -432,7 +454,8 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
       total += ld;
     }
   }
-  auto acc = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
+  auto acc = allocate_scratch<float>(total, "the DynamicPositionBias MLP's gradient accumulator",
+                                     m.scratch);
   std::fill(acc.get(), acc.get() + total, 0.0f);
   float* A = acc.get();
 
@@ -487,7 +510,7 @@ void BackwardRows(const DpbMlp& m, const float* x, const float* g, std::int64_t 
           const float inv_dim = 1.0f / static_cast<float>(m.dim);
           const VF m1 = hn::Set(d, SumLanes(d, s1) * inv_dim);
           const VF m2 = hn::Set(d, SumLanes(d, s2) * inv_dim);
-          const VF rs = hn::Set(d, w.rstd[l * kBlockRows + r]);
+          const VF rs = hn::Set(d, w.rstd_row(l)[r]);
           for (std::int64_t c = 0; c < ld; c += n) {
             const VF v =
                 hn::Sub(hn::Sub(hn::Load(d, dzr + c), m1), hn::Mul(hn::Load(d, zr + c), m2));
@@ -547,7 +570,12 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <new>
+#include <stdexcept>
+#include <string>
+
 #include "checks.h"
+#include "kernels/scratch.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -587,28 +615,99 @@ double work_per_row(const DpbMlp& m) {
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr double kParallelWork = 1 << 20;
 
+// How many threads may run a kernel whose scratch is `per_thread` bytes each:
+// as many as fit in 1/8 of the machine's memory (results are the same for
+// any number), at most `wanted`. Throws std::length_error before anything is
+// allocated when one thread's does not fit in the whole memory.
+int threads_for_scratch(const DpbMlp& m, bool backward, int wanted) {
+  const double per_thread = dpb_mlp_scratch_bytes(m.dim, m.heads, m.depth, m.norm, backward);
+  const double memory = static_cast<double>(physical_memory_bytes());
+  if (per_thread > memory) {
+    throw std::length_error(
+        std::string("DynamicPositionBias: the MLP's ") + (backward ? "backward" : "forward") +
+        " needs about " + std::to_string(static_cast<std::uint64_t>(per_thread)) +
+        " bytes of working memory (dim " + std::to_string(m.dim) + ", heads " +
+        std::to_string(m.heads) + ", depth " + std::to_string(m.depth) +
+        "), more than this machine's " + std::to_string(physical_memory_bytes()) +
+        " bytes of memory");
+  }
+  const double fit = std::max(1.0, memory / 8.0 / per_thread);
+  return std::max(1, std::min(wanted, static_cast<int>(std::min(fit, 1024.0))));
+}
+
+// Runs a kernel call, turning a std::bad_alloc of one of its small lists
+// (the aligned buffers already throw allocation_error) into the same error.
+template <typename Fn>
+void with_allocation_errors(const DpbMlp& m, bool backward, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::bad_alloc&) {
+    throw allocation_error(
+        static_cast<std::size_t>(dpb_mlp_scratch_bytes(m.dim, m.heads, m.depth, m.norm, backward)),
+        "the DynamicPositionBias MLP's working memory");
+  }
+}
+
 }  // namespace
+
+double dpb_mlp_scratch_bytes(std::int64_t dim, std::int64_t heads, std::int64_t depth, bool norm,
+                             bool backward) {
+  // Padding as on the widest instruction set compiled (two vectors).
+  const double pair = 2.0 * HWY_MAX_BYTES / sizeof(float);
+  const auto round_up = [&](double x) { return std::ceil(x / pair) * pair; };
+  const double d = static_cast<double>(dim);
+  const double h = static_cast<double>(heads);
+  const double layers = static_cast<double>(depth);
+  const double ld = round_up(d);
+  const double ldh = round_up(h);
+  const double rows = static_cast<double>(dpb_mlp_internal::kBlockRows);
+  // Pack(): W^T and b per layer, W again going backward, LayerNorm.
+  double floats = (ld + ld) + (layers - 1.0) * (d * ld + ld) + (d * ldh + ldh);
+  if (backward) floats += (layers - 1.0) * d * ld + h * ld;
+  if (norm) floats += 2.0 * layers * ld;
+  // MakeWork(): activation planes, the output block, LayerNorm statistics.
+  const double planes = backward ? layers * (norm ? 3.0 : 2.0) + 2.0 : (norm ? 4.0 : 3.0);
+  floats += planes * rows * ld + rows * ldh + (backward ? layers : 1.0) * rows;
+  // Backward: the padded accumulator (about the packed weights) and the
+  // thread's partial gradient in the flat layout.
+  if (backward) {
+    const double params =
+        2.0 * d + (layers - 1.0) * (d * d + d) + h * d + h + (norm ? 2.0 * layers * d : 0.0);
+    floats += (ld + ld) + (layers - 1.0) * (d * ld + ld) + (h * ld + ldh) +
+              (norm ? 2.0 * layers * ld : 0.0) + params;
+  }
+  // Per-layer pointer lists (packed weights, activations): about 8 per layer.
+  return floats * sizeof(float) + 8.0 * sizeof(float*) * (layers + 1.0);
+}
 
 void dpb_mlp_forward_serial(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
                             std::int64_t y_stride) {
+  if (n <= 0) return;
+  threads_for_scratch(mlp, /*backward=*/false, 1);
   const FlushSubnormals flush;
-  HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, 0, n, y, y_stride);
+  with_allocation_errors(mlp, /*backward=*/false,
+                         [&] { HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, 0, n, y, y_stride); });
 }
 
 void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
                      std::int64_t y_stride) {
   if (n <= 0) return;
-  if (work_per_row(mlp) * static_cast<double>(n) < kParallelWork || omp_get_max_threads() == 1) {
+  const int threads = threads_for_scratch(mlp, /*backward=*/false, omp_get_max_threads());
+  if (work_per_row(mlp) * static_cast<double>(n) < kParallelWork || threads == 1) {
     dpb_mlp_forward_serial(mlp, x, n, y, y_stride);
     return;
   }
-#pragma omp parallel
-  {
+  ThreadErrors errors;
+#pragma omp parallel num_threads(threads)
+  errors.run([&] {
     const std::int64_t nt = omp_get_num_threads();
     const std::int64_t t = omp_get_thread_num();
     const FlushSubnormals flush;
-    HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, n * t / nt, n * (t + 1) / nt, y, y_stride);
-  }
+    with_allocation_errors(mlp, /*backward=*/false, [&] {
+      HWY_DYNAMIC_DISPATCH(ForwardRows)(mlp, x, n * t / nt, n * (t + 1) / nt, y, y_stride);
+    });
+  });
+  errors.rethrow();
 }
 
 void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
@@ -625,35 +724,48 @@ void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const f
   std::int64_t slot_rows = std::max(kMinSlotRows, (n + kMaxSlots - 1) / kMaxSlots);
   slot_rows = (slot_rows + kBlockRows - 1) / kBlockRows * kBlockRows;
   const std::int64_t slots = n <= 0 ? 0 : (n + slot_rows - 1) / slot_rows;
-  // A thread's scratch is a few copies of the parameters (its partial, the
-  // padded accumulator, the packed weights): at most as many threads as fit
-  // in 1/8 of the machine's memory with them (results are the same for any
-  // number).
-  const double per_thread_bytes = 4.0 * sizeof(float) * static_cast<double>(f.total);
-  const int memory_threads = static_cast<int>(
-      std::max(1.0, static_cast<double>(physical_memory_bytes()) / 8.0 / per_thread_bytes));
-  const int threads =
-      std::max(1, std::min({omp_get_max_threads(), memory_threads,
-                            static_cast<int>(std::min<std::int64_t>(slots, 1024))}));
+  // A thread's scratch (its partial, the padded accumulator, the packed
+  // weights, every layer's activations of a block): at most as many threads
+  // as fit in 1/8 of the machine's memory with it (results are the same for
+  // any number); refused before anything is allocated when one does not fit.
+  const int threads = threads_for_scratch(
+      mlp, /*backward=*/true,
+      static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(slots, 1),
+                                              omp_get_max_threads())));
   const bool parallel = threads > 1 && work_per_row(mlp) * static_cast<double>(n) >= kParallelWork;
-  std::vector<double> sum(static_cast<std::size_t>(f.total), 0.0);
+  std::vector<double> sum;
+  resize_scratch(sum, f.total, "the DynamicPositionBias MLP's gradient sum", 0.0);
+  // A failed allocation on one thread: the others skip their remaining
+  // slots (each still passes its ordered section, in order) and the error
+  // is rethrown here.
+  ThreadErrors errors;
 #pragma omp parallel num_threads(threads) if (parallel)
   {
-    std::vector<float> partial(static_cast<std::size_t>(f.total));
+    std::vector<float> partial;
+    errors.run([&] {
+      resize_scratch(partial, f.total, "the DynamicPositionBias MLP's partial gradient");
+    });
 #pragma omp for ordered schedule(dynamic, 1)
     for (std::int64_t s = 0; s < slots; ++s) {
       const std::int64_t begin = s * slot_rows;
       const std::int64_t end = std::min(n, begin + slot_rows);
-      {
-        const FlushSubnormals flush;
-        HWY_DYNAMIC_DISPATCH(BackwardRows)(mlp, x, g, g_stride, begin, end, partial.data());
+      if (!errors.failed()) {
+        errors.run([&] {
+          const FlushSubnormals flush;
+          with_allocation_errors(mlp, /*backward=*/true, [&] {
+            HWY_DYNAMIC_DISPATCH(BackwardRows)(mlp, x, g, g_stride, begin, end, partial.data());
+          });
+        });
       }
 #pragma omp ordered
-      for (std::int64_t k = 0; k < f.total; ++k) {
-        sum[static_cast<std::size_t>(k)] += partial[static_cast<std::size_t>(k)];
+      if (!errors.failed()) {
+        for (std::int64_t k = 0; k < f.total; ++k) {
+          sum[static_cast<std::size_t>(k)] += partial[static_cast<std::size_t>(k)];
+        }
       }
     }
   }
+  errors.rethrow();
   const auto write = [&](float* dst, std::int64_t at, std::int64_t count) {
     for (std::int64_t k = 0; k < count; ++k) {
       dst[k] = static_cast<float>(sum[static_cast<std::size_t>(at + k)]);

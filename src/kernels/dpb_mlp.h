@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/scratch.h"
+
 namespace posbias::detail {
 
 struct DpbMlp {
@@ -40,6 +42,8 @@ struct DpbMlp {
   // With norm: depth LayerNorms over dim (weight, bias).
   std::vector<const float*> ln_weight;
   std::vector<const float*> ln_bias;
+  // Where the kernels' aligned scratch comes from (tests: one that fails).
+  ScratchAllocator scratch;
 };
 
 // Gradient outputs, shaped like the parameters of DpbMlp (overwritten).
@@ -50,6 +54,21 @@ struct DpbMlpGrads {
   std::vector<float*> ln_bias;
 };
 
+// The working memory one thread of the forward (backward = false) or the
+// backward needs, in bytes, whatever n: the packed weights and the
+// activations of a block of rows (all depth layers of them going backward,
+// two going forward), the backward's accumulator and partial gradient. In
+// double: an estimate for the memory checks, computed without overflow for
+// any dim, heads and depth.
+double dpb_mlp_scratch_bytes(std::int64_t dim, std::int64_t heads, std::int64_t depth, bool norm,
+                             bool backward);
+
+// Errors of both calls: std::length_error before anything is allocated when
+// one thread's scratch (above) exceeds the machine's memory (threads are
+// capped so that theirs fit in 1/8 of it); std::length_error naming the
+// bytes when an allocation fails (detail::allocation_error, rethrown on the
+// calling thread).
+//
 // y[h * y_stride + k] = MLP(x[k])[h] for k in [0, n). Threaded over rows.
 void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y,
                      std::int64_t y_stride);

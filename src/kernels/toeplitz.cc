@@ -80,6 +80,8 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <vector>
 
+#include "kernels/scratch.h"
+
 namespace posbias::detail {
 
 // 32 MiB: larger than the private caches of all cores together, and than
@@ -104,7 +106,7 @@ void expand_float_table(const float* table, std::int64_t heads, std::int64_t row
   std::vector<std::uint16_t> table16;
   const void* src = table;
   if (dtype != DType::kFloat32) {
-    table16.resize(count);
+    resize_scratch(table16, heads * len, "the distance table in a 16-bit dtype");
     convert_floats(table, count, dtype, table16.data());
     src = table16.data();
   }
@@ -128,12 +130,71 @@ bool whole_table_is_small(std::int64_t rows, std::int64_t cols, DType dtype) {
   return 8 * scratch * (rows + cols - 1) <= rows * cols * es;
 }
 
+namespace {
+
+// What every tile of expand_generated_table shares.
+struct GeneratedTable {
+  std::int64_t heads, rows, cols;
+  DType dtype;
+  unsigned char* out;
+  bool stream;
+  bool tall;  // tiles of rows (else of columns)
+  const TableFill* fill;
+};
+
+// Produces the table entries tile [at, at + span) needs (into table, and
+// table16 for 16-bit outputs) and writes its part of the output.
+void generate_tile(const GeneratedTable& g, std::int64_t at, std::int64_t span,
+                   std::vector<float>& table, std::vector<std::uint16_t>& table16) {
+  const std::size_t es = dtype_size(g.dtype);
+  const char* what = "a tile of the distance table";
+  if (g.tall) {
+    // Rows [at, at + span) read entries [rows - at - span, rows - at + cols - 1).
+    const std::int64_t n = span + g.cols - 1;
+    resize_scratch(table, g.heads * n, what);
+    (*g.fill)(g.rows - at - span, n, table.data());
+    const void* src = table.data();
+    if (g.dtype != DType::kFloat32) {
+      resize_scratch(table16, g.heads * n, what);
+      convert_floats(table.data(), table.size(), g.dtype, table16.data());
+      src = table16.data();
+    }
+    for (std::int64_t h = 0; h < g.heads; ++h) {
+      ToeplitzParams p;
+      p.table = static_cast<const unsigned char*>(src) + static_cast<std::size_t>(h * n) * es;
+      p.table_stride = n;
+      p.row_offset0 = span - 1;
+      p.heads = 1;
+      p.rows = span;
+      p.cols = g.cols;
+      p.element_size = es;
+      p.out = g.out + static_cast<std::size_t>((h * g.rows + at) * g.cols) * es;
+      toeplitz_expand_rows(p, 0, span, g.stream);
+    }
+    return;
+  }
+  // Columns [at, at + span) read entries [at, at + span + rows - 1);
+  // row r of head h copies (and rounds) span of them from rows - 1 - r.
+  const std::int64_t n = span + g.rows - 1;
+  resize_scratch(table, g.heads * n, what);
+  (*g.fill)(at, n, table.data());
+  for (std::int64_t flat = 0; flat < g.heads * g.rows; ++flat) {
+    const std::int64_t h = flat / g.rows;
+    const std::int64_t r = flat - h * g.rows;
+    convert_floats(table.data() + h * n + (g.rows - 1 - r), static_cast<std::size_t>(span),
+                   g.dtype, g.out + static_cast<std::size_t>(flat * g.cols + at) * es);
+  }
+}
+
+}  // namespace
+
 void expand_generated_table(std::int64_t heads, std::int64_t rows, std::int64_t cols, DType dtype,
                             void* out, bool stream, const TableFill& fill) {
   if (heads == 0 || rows == 0 || cols == 0) return;
   const std::int64_t len = rows + cols - 1;
   if (whole_table_is_small(rows, cols, dtype)) {
-    std::vector<float> table(static_cast<std::size_t>(heads * len));
+    std::vector<float> table;
+    resize_scratch(table, heads * len, "the distance table");
     fill(0, len, table.data());
     expand_float_table(table.data(), heads, rows, cols, dtype, out, stream);
     return;
@@ -141,62 +202,32 @@ void expand_generated_table(std::int64_t heads, std::int64_t rows, std::int64_t 
   // Tiles along the long dimension, produced and written by one thread each
   // (no serial gaps between parallel regions), at most kTableTile long and
   // at least as many as there are threads.
-  const std::size_t es = dtype_size(dtype);
-  auto* bytes = static_cast<unsigned char*>(out);
-  const bool tall = rows >= cols;
-  const std::int64_t along = tall ? rows : cols;
+  const GeneratedTable g{heads, rows, cols, dtype, static_cast<unsigned char*>(out),
+                         stream, rows >= cols, &fill};
+  const std::int64_t along = g.tall ? rows : cols;
   const std::size_t out_bytes =
-      static_cast<std::size_t>(heads * rows) * static_cast<std::size_t>(cols) * es;
+      static_cast<std::size_t>(heads * rows) * static_cast<std::size_t>(cols) * dtype_size(dtype);
   const std::int64_t threads =
       out_bytes >= (std::size_t{256} << 10) ? std::max(1, omp_get_max_threads()) : 1;
   const std::int64_t tile = std::min(kTableTile, (along + threads - 1) / threads);
   const std::int64_t tiles = (along + tile - 1) / tile;
+  // An error on one thread (a failed allocation here or in `fill`) must not
+  // leave the region (std::terminate): the other threads skip their
+  // remaining tiles and the first error is rethrown after it.
+  ThreadErrors errors;
 #pragma omp parallel if (threads > 1 && tiles > 1)
   {
     std::vector<float> table;
     std::vector<std::uint16_t> table16;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tiles; ++t) {
-      const std::int64_t at = t * tile;
-      const std::int64_t span = std::min(tile, along - at);
-      if (tall) {
-        // Rows [at, at + span) read entries [rows - at - span, rows - at + cols - 1).
-        const std::int64_t n = span + cols - 1;
-        table.resize(static_cast<std::size_t>(heads * n));
-        fill(rows - at - span, n, table.data());
-        const void* src = table.data();
-        if (dtype != DType::kFloat32) {
-          table16.resize(table.size());
-          convert_floats(table.data(), table.size(), dtype, table16.data());
-          src = table16.data();
-        }
-        for (std::int64_t h = 0; h < heads; ++h) {
-          ToeplitzParams p;
-          p.table = static_cast<const unsigned char*>(src) + static_cast<std::size_t>(h * n) * es;
-          p.table_stride = n;
-          p.row_offset0 = span - 1;
-          p.heads = 1;
-          p.rows = span;
-          p.cols = cols;
-          p.element_size = es;
-          p.out = bytes + static_cast<std::size_t>((h * rows + at) * cols) * es;
-          toeplitz_expand_rows(p, 0, span, stream);
-        }
-      } else {
-        // Columns [at, at + span) read entries [at, at + span + rows - 1);
-        // row r of head h copies (and rounds) span of them from rows - 1 - r.
-        const std::int64_t n = span + rows - 1;
-        table.resize(static_cast<std::size_t>(heads * n));
-        fill(at, n, table.data());
-        for (std::int64_t flat = 0; flat < heads * rows; ++flat) {
-          const std::int64_t h = flat / rows;
-          const std::int64_t r = flat - h * rows;
-          convert_floats(table.data() + h * n + (rows - 1 - r), static_cast<std::size_t>(span),
-                         dtype, bytes + static_cast<std::size_t>(flat * cols + at) * es);
-        }
-      }
+      if (errors.failed()) continue;
+      errors.run([&] {
+        generate_tile(g, t * tile, std::min(tile, along - t * tile), table, table16);
+      });
     }
   }
+  errors.rethrow();
 }
 
 HWY_EXPORT(ExpandRows);

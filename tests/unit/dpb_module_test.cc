@@ -168,13 +168,13 @@ TEST(DynamicPositionBias, LoadStateDictIsStrictAndAtomic) {
     TensorMap s = good;
     s.erase("mlp.4.bias");
     const std::string e = load_error(m, s);
-    EXPECT_TRUE(contains(e, "missing mlp.4.bias")) << e;
+    EXPECT_TRUE(contains(e, "missing \"mlp.4.bias\"")) << e;
   }
   {
     TensorMap s = good;
     s.emplace("mlp.6.weight", Tensor::full({1}, 0.0f));
     const std::string e = load_error(m, s);
-    EXPECT_TRUE(contains(e, "unexpected mlp.6.weight")) << e;
+    EXPECT_TRUE(contains(e, "unexpected \"mlp.6.weight\"")) << e;
   }
   {
     TensorMap s = good;
@@ -204,8 +204,8 @@ TEST(DynamicPositionBias, LoadStateDictIsStrictAndAtomic) {
     // An x-transformers state dict is not a zeta one.
     const std::string e =
         load_error(m, DynamicPositionBias(xt_options(64, 8, 2, false, false)).state_dict());
-    EXPECT_TRUE(contains(e, "missing mlp.0.weight")) << e;
-    EXPECT_TRUE(contains(e, "unexpected mlp.0.0.bias")) << e;
+    EXPECT_TRUE(contains(e, "missing \"mlp.0.weight\"")) << e;
+    EXPECT_TRUE(contains(e, "unexpected \"mlp.0.0.bias\"")) << e;
   }
   // Nothing changed by any failed load (a good tensor before the bad one
   // included).
