@@ -328,7 +328,7 @@ TEST(Cli, DpbBadWeightsFilesExitTwo) {
     state.erase("mlp.2.weight");
     save_safetensors(renamed.path(), state);
   }
-  expect_bad_argument(with(renamed.path()), "missing mlp.2.weight; unexpected mlp.1.weight");
+  expect_bad_argument(with(renamed.path()), "missing \"mlp.2.weight\"; unexpected \"mlp.1.weight\"");
 
   TempFile non_finite;
   {

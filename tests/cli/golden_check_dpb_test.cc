@@ -266,7 +266,7 @@ TEST(GoldenCheck, DpbMalformedOrRefusedCases) {
        "malformed case: missing field 'log_distance'"},
       // Cases the library refuses.
       {edited(zeta, [](json& c) { c["params"].erase("mlp.2.bias"); }),
-       "posbias refused the case: DynamicPositionBias::load_state_dict: missing mlp.2.bias"},
+       "posbias refused the case: DynamicPositionBias::load_state_dict: missing \"mlp.2.bias\""},
       {edited(zeta, [](json& c) { c["dim"] = 3; }),
        "posbias refused the case: DynamicPositionBias::load_state_dict: mlp.0.weight: expected "
        "shape [3, 1], got [2, 1]"},
