@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -79,8 +80,9 @@ constexpr double kBytesPerParameterTensor = 768;
 // Checks, before anything is built, that the module fits in memory: its
 // parameters (counted with overflow-checked arithmetic), the per-tensor
 // overhead, and one thread's working memory for a forward call. A depth
-// of 1e12 made the constructor list 2e12 parameter names (a hang).
-void check_module_size(const DpbOptions& o) {
+// of 1e12 made the constructor list 2e12 parameter names (a hang). Returns
+// the estimated bytes.
+double check_module_size(const DpbOptions& o) {
   const std::int64_t blocks = o.variant == DpbVariant::kZeta ? 2 : o.depth;
   // Per block after the first: Linear(dim, dim) (+ LayerNorm); first:
   // Linear(1, dim); output: Linear(dim, heads).
@@ -113,6 +115,7 @@ void check_module_size(const DpbOptions& o) {
          << detail::physical_memory_bytes() << " bytes of memory";
     throw std::length_error(what.str());
   }
+  return bytes;
 }
 
 // The parameters in module (state-dict) order.
@@ -212,24 +215,15 @@ float mlp_input(const DpbOptions& o, std::int64_t s) {
 
 // ------------------------------------------------------------ construction
 
-DynamicPositionBias::DynamicPositionBias(std::int64_t dim, std::int64_t heads, std::uint64_t seed)
-    : DynamicPositionBias(
-          [&] {
-            DpbOptions o;
-            o.dim = dim;
-            o.heads = heads;
-            return o;
-          }(),
-          seed) {}
+namespace {
 
-DynamicPositionBias::DynamicPositionBias(const DpbOptions& options, std::uint64_t seed)
-    : options_(options) {
-  check_options(options_);
-  check_module_size(options_);
-  const std::vector<ParamSpec> specs = param_specs(options_);
+// Parameters initialised as the constructor says, in state-dict order.
+void init_parameters(const DpbOptions& options, std::uint64_t seed,
+                     std::vector<std::string>& names, std::vector<Tensor>& params) {
+  const std::vector<ParamSpec> specs = param_specs(options);
   std::mt19937_64 rng(seed);
   for (const ParamSpec& s : specs) {
-    names_.push_back(s.name);
+    names.push_back(s.name);
     Tensor t = Tensor::empty(s.shape, DType::kFloat32);
     float* p = t.mutable_data<float>();
     const std::int64_t n = t.numel();
@@ -250,7 +244,36 @@ DynamicPositionBias::DynamicPositionBias(const DpbOptions& options, std::uint64_
         std::fill(p, p + n, 0.0f);
         break;
     }
-    params_.push_back(std::move(t));
+    params.push_back(std::move(t));
+  }
+}
+
+}  // namespace
+
+DynamicPositionBias::DynamicPositionBias(std::int64_t dim, std::int64_t heads, std::uint64_t seed)
+    : DynamicPositionBias(
+          [&] {
+            DpbOptions o;
+            o.dim = dim;
+            o.heads = heads;
+            return o;
+          }(),
+          seed) {}
+
+DynamicPositionBias::DynamicPositionBias(const DpbOptions& options, std::uint64_t seed)
+    : options_(options) {
+  check_options(options_);
+  const double bytes = check_module_size(options_);
+  try {
+    init_parameters(options_, seed, names_, params_);
+  } catch (const std::bad_alloc&) {
+    // Within the memory bound, but the allocator said no (an address-space
+    // limit, memory taken by others): the same error as any failed
+    // allocation, with the module's estimated size.
+    std::ostringstream what;
+    what << "the parameters of DynamicPositionBias (dim " << options_.dim << ", heads "
+         << options_.heads << ", depth " << options_.depth << ")";
+    throw detail::allocation_error(static_cast<std::size_t>(bytes), what.str());
   }
 }
 

@@ -92,7 +92,14 @@ class DynamicPositionBias {
 
   /// Any variant; LayerNorm weights start at 1 and biases at 0 (PyTorch's
   /// default). Throws std::invalid_argument for dim, heads or depth < 1, or
-  /// log_distance / norm / depth != 2 with the zeta variant.
+  /// log_distance / norm / depth != 2 with the zeta variant. Sizes are
+  /// checked before anything is allocated: std::length_error naming dim,
+  /// heads and depth when the parameter count overflows int64, or when the
+  /// parameters (about 4 bytes each plus ~768 per tensor) and one forward
+  /// call's working memory exceed the machine's memory (depth 1e12 is
+  /// refused at once); std::length_error ("could not allocate N bytes for
+  /// ...") when an allocation fails all the same (an address-space limit).
+  /// Both constructors.
   explicit DynamicPositionBias(const DpbOptions& options, std::uint64_t seed = 0);
 
   /// Copies share their parameters, like copies of a torch::nn module holder
@@ -110,7 +117,8 @@ class DynamicPositionBias {
   /// contiguous: bias[h][r][c] = MLP(distance of q_r = j - i + r and c)[h].
   /// Requires 0 <= i <= j (std::invalid_argument otherwise, with i and j);
   /// i = 0 gives an empty [heads, 0, j]. std::length_error when heads*i*j
-  /// elements cannot be allocated. Cost: the MLP on j (zeta) or i + j - 1
+  /// elements cannot be allocated, and ("could not allocate N bytes for
+  /// ...") when any working buffer fails to allocate; never a crash. Cost: the MLP on j (zeta) or i + j - 1
   /// (x-transformers) distances plus one copy per output row. Memory beyond
   /// the result: the float32 table when it is at most 1/8 of the output, else
   /// (few rows: decode steps) tiles of it of at most 2^18 entries per head and
@@ -140,6 +148,10 @@ class DynamicPositionBias {
   /// naming the expected and the given shape. Reduces onto the table first
   /// (one pass over grad_bias, threaded), then runs the MLP backward on j (or
   /// i + j - 1) inputs; no per-element activations. i = 0 gives zeros.
+  /// The MLP backward keeps every layer's activations of a block of 64
+  /// rows per thread: std::length_error before allocating when one thread's
+  /// does not fit in memory (threads are capped so that theirs fit in 1/8
+  /// of it), or when an allocation fails.
   TensorMap backward(std::int64_t i, std::int64_t j, const Tensor& grad_bias) const;
 
   /// Parameter gradients of sum(table(j) * grad_table); grad_table has
@@ -165,7 +177,7 @@ class DynamicPositionBias {
   std::vector<std::string> parameter_names() const;
 
   /// A parameter by state-dict name (std::invalid_argument for an unknown
-  /// name, listing the known ones). float32, contiguous.
+  /// name, quoted, listing the first known ones). float32, contiguous.
   const Tensor& parameter(const std::string& name) const;
   /// Write the values through it (e.g. an optimiser step). Assigning a tensor
   /// that is not contiguous float32 of the parameter's shape makes later calls
@@ -181,6 +193,9 @@ class DynamicPositionBias {
   /// unexpected name, a wrong shape ("expected shape [64, 1], got [64]") or a
   /// non-finite value (named with its index) throws std::invalid_argument
   /// naming the tensor and what was expected; on error nothing is changed.
+  /// Names are shown quoted and escaped (detail::quoted_name: an empty key
+  /// is "", control bytes \u00XX, a long key cut at ~120 characters with its
+  /// length), and lists stop after 8 names ("... (N in all)").
   void load_state_dict(const TensorMap& state);
 
   /// Saves the state dict as safetensors (the state-dict names, float32,

@@ -713,6 +713,11 @@ void dpb_mlp_forward(const DpbMlp& mlp, const float* x, std::int64_t n, float* y
 void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const float* g,
                       std::int64_t g_stride, const DpbMlpGrads& grads) {
   using dpb_mlp_internal::kBlockRows;
+  // A thread's scratch (its partial, the padded accumulator, the packed
+  // weights, every layer's activations of a block): at most as many threads
+  // as fit in 1/8 of the machine's memory with it (results are the same for
+  // any number); refused before anything is allocated when one does not fit.
+  const int memory_threads = threads_for_scratch(mlp, /*backward=*/true, omp_get_max_threads());
   const dpb_mlp_internal::MlpFlatLayout f = dpb_mlp_internal::flat_layout(mlp);
   // Fixed slots of whole blocks, independent of the thread count; each slot's
   // partial gradient is added to the double sum in slot order (an ordered
@@ -724,14 +729,8 @@ void dpb_mlp_backward(const DpbMlp& mlp, const float* x, std::int64_t n, const f
   std::int64_t slot_rows = std::max(kMinSlotRows, (n + kMaxSlots - 1) / kMaxSlots);
   slot_rows = (slot_rows + kBlockRows - 1) / kBlockRows * kBlockRows;
   const std::int64_t slots = n <= 0 ? 0 : (n + slot_rows - 1) / slot_rows;
-  // A thread's scratch (its partial, the padded accumulator, the packed
-  // weights, every layer's activations of a block): at most as many threads
-  // as fit in 1/8 of the machine's memory with it (results are the same for
-  // any number); refused before anything is allocated when one does not fit.
-  const int threads = threads_for_scratch(
-      mlp, /*backward=*/true,
-      static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(slots, 1),
-                                              omp_get_max_threads())));
+  const int threads = static_cast<int>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>(slots, memory_threads)));
   const bool parallel = threads > 1 && work_per_row(mlp) * static_cast<double>(n) >= kParallelWork;
   std::vector<double> sum;
   resize_scratch(sum, f.total, "the DynamicPositionBias MLP's gradient sum", 0.0);

@@ -23,8 +23,6 @@ namespace {
 
 using test::describe;
 using test::expect_close;
-using test::is_norm_param;
-using test::is_weight;
 using test::random_floats;
 using test::randomise_norms;
 using test::RefMlp;
@@ -39,21 +37,7 @@ TEST(DpbKernels, MlpOnEveryTargetMatchesReference) {
     DynamicPositionBias m(o, 5);
     if (o.norm) randomise_norms(m, 9);
     const RefMlp ref(m);
-    // The kernel's view of the module, as dpb.cc builds it.
-    detail::DpbMlp k;
-    k.dim = o.dim;
-    k.heads = o.heads;
-    k.depth = o.depth;
-    k.norm = o.norm;
-    k.eps = o.layernorm_eps;
-    for (const std::string& name : m.parameter_names()) {
-      const float* p = m.parameter(name).data<float>();
-      if (is_norm_param(name)) {
-        (is_weight(name) ? k.ln_weight : k.ln_bias).push_back(p);
-      } else {
-        (is_weight(name) ? k.weight : k.bias).push_back(p);
-      }
-    }
+    const detail::DpbMlp k = test::kernel_view(m);  // as dpb.cc builds it
     const std::int64_t n = 131;  // two full blocks and a ragged one
     std::vector<float> x(n);
     for (std::int64_t r = 0; r < n; ++r) x[r] = static_cast<float>(ref.input(r - 60));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dpb_mlp.h"
 #include "posbias/dpb.h"
 #include "posbias/tensor.h"
 
@@ -74,6 +75,26 @@ inline bool is_norm_param(const std::string& name) {
 
 inline bool is_weight(const std::string& name) {
   return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+}
+
+// The kernel's view of a module's parameters, as dpb.cc builds it.
+inline detail::DpbMlp kernel_view(const DynamicPositionBias& m) {
+  const DpbOptions& o = m.options();
+  detail::DpbMlp k;
+  k.dim = o.dim;
+  k.heads = o.heads;
+  k.depth = o.depth;
+  k.norm = o.norm;
+  k.eps = o.layernorm_eps;
+  for (const std::string& name : m.parameter_names()) {
+    const float* p = m.parameter(name).data<float>();
+    if (is_norm_param(name)) {
+      (is_weight(name) ? k.ln_weight : k.ln_bias).push_back(p);
+    } else {
+      (is_weight(name) ? k.weight : k.bias).push_back(p);
+    }
+  }
+  return k;
 }
 
 inline void randomise_norms(DynamicPositionBias& m, std::uint64_t seed) {
