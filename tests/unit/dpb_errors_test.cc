@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -101,6 +102,38 @@ TEST(DynamicPositionBias, HugeTableLengthsAreLengthErrorsNamingJ) {
   }
   expect_throw_with<std::length_error>([&] { m.table(too_big); },
                                        "[2, " + std::to_string(too_big) + "]");
+}
+
+// Issue 19: names from a state dict (a file's keys) are shown quoted and
+// escaped, a long one shortened with its length; lists stop after 8 names
+// (was: printed raw, "unexpected  (" for an empty key, a 1 MB error line).
+TEST(DynamicPositionBias, OddNamesInMessagesAreQuotedEscapedAndShort) {
+  DynamicPositionBias m(4, 2, 1);
+  const auto error_of = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  for (const test::OddName& odd : test::odd_names()) {
+    TensorMap s = m.state_dict();
+    s.emplace(odd.name, Tensor::full({1}, 0.0f));
+    test::expect_short_printable(error_of([&] { m.load_state_dict(s); }),
+                                 "unexpected " + odd.shown);
+    test::expect_short_printable(error_of([&] { (void)m.parameter(odd.name); }),
+                                 "no parameter named " + odd.shown);
+  }
+  // 100000 unexpected names: the first 8 and the count.
+  TensorMap many = m.state_dict();
+  const Tensor one = Tensor::full({1}, 0.0f);
+  for (int k = 0; k < 100000; ++k) many.emplace("x" + std::to_string(k), one);
+  test::expect_short_printable(error_of([&] { m.load_state_dict(many); }), "(100000 in all)");
+  // A deep module's own list is shortened the same way.
+  DynamicPositionBias deep(xt_options(2, 1, 5000, false, false));
+  test::expect_short_printable(error_of([&] { deep.load_state_dict({}); }),
+                               "missing \"mlp.0.0.weight\", \"mlp.0.0.bias\"");
 }
 
 }  // namespace

@@ -602,5 +602,27 @@ TEST(Safetensors, WriterRejectsWhatTheFormatCannotHold) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// Issue 19: a tensor name from the file is shown quoted and escaped, and a
+// megabyte-long one shortened with its length (one helper for every
+// message: detail::quoted_name).
+TEST(Safetensors, OddTensorNamesInMessagesAreQuotedEscapedAndShort) {
+  for (const test::OddName& odd : test::odd_names()) {
+    // A header is UTF-8 JSON: a name with a byte that is not UTF-8 cannot
+    // be in one (the parser refuses it, MalformedInputsThrowWithPreciseMessages).
+    if (odd.name.find('\xff') != std::string::npos) continue;
+    const std::string key = nlohmann::json(odd.name).dump();  // the name, JSON-escaped
+    const std::string bytes =
+        file_from("{" + key + R"(:{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})",
+                  f32_bytes({1.0f}));
+    std::string message;
+    try {
+      parse_safetensors(bytes);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+    test::expect_short_printable(message, "tensor " + odd.shown + ": unknown dtype \"Q7\"");
+  }
+}
+
 }  // namespace
 }  // namespace posbias

@@ -47,5 +47,23 @@ TEST(Limits, T5NarrowOutputsNeedLittleMoreMemoryThanThemselves) {
       });
 }
 
+// Issue 19: a state dict's odd names (empty, control bytes, 1 MB) are shown
+// quoted, escaped and shortened.
+TEST(RelativePositionBias, OddNamesInMessagesAreQuotedEscapedAndShort) {
+  RelativePositionBias m(2.0f, false, 16, 64, 4, 1);
+  for (const test::OddName& odd : test::odd_names()) {
+    for (const bool with_weight : {false, true}) {
+      TensorMap s = {{odd.name, Tensor::full({1}, 0.0f)}};
+      if (with_weight) s.emplace("relative_attention_bias.weight", Tensor::full({16, 4}, 0.0f));
+      try {
+        m.load_state_dict(s);
+        ADD_FAILURE() << "no exception";
+      } catch (const std::invalid_argument& e) {
+        test::expect_short_printable(e.what(), (with_weight ? "unexpected " : "got ") + odd.shown);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posbias

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"
 #include "posbias/dtype.h"
 #include "posbias/tensor.h"
 
@@ -62,6 +63,35 @@ void expect_throw_with(const std::function<void()>& fn, const std::string& needl
   } catch (const E& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+// Names a hostile file or caller may give (issue 19): empty, control bytes
+// (an ANSI colour sequence, a newline, DEL), a C1 control and a byte that is
+// not UTF-8, a megabyte long. Each with what its message must show of it.
+struct OddName {
+  std::string name;
+  std::string shown;  // a part of the quoted, escaped form
+};
+inline std::vector<OddName> odd_names() {
+  return {{"", "\"\""},
+          {"a\x01\x1b[31mred\nb\x7f", "\"a\\u0001\\u001b[31mred\\nb\\u007f\""},
+          {"c1\xc2\x9b x\xff", "\"c1\\u009b x\\xff\""},
+          {std::string(1000000, 'n'),
+           "\"" + std::string(detail::kShownNameChars - 1, 'n') + "...\" (1000000 bytes)"}};
+}
+
+// A message that echoes an odd name: short, every byte printable (or part of
+// a UTF-8 character), and holding `shown`.
+inline void expect_short_printable(const std::string& message, const std::string& shown) {
+  EXPECT_LT(message.size(), 2000u) << message.substr(0, 300);
+  for (char ch : message) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7F) {
+      ADD_FAILURE() << "control byte " << static_cast<int>(u) << " in: " << message.substr(0, 300);
+      return;
+    }
+  }
+  EXPECT_NE(message.find(shown), std::string::npos) << message.substr(0, 300);
 }
 
 // The folder of the reference vectors: the repository's copy
