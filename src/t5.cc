@@ -214,6 +214,38 @@ Tensor RelativePositionBias::distance_table(std::int64_t j) const {
   return out;
 }
 
+Tensor RelativePositionBias::backward_distance_table(std::int64_t j, const Tensor& grad) const {
+  if (j < 1) {
+    throw std::invalid_argument(
+        "RelativePositionBias::backward_distance_table: j must be >= 1, got " + std::to_string(j));
+  }
+  detail::checked_numel({heads_, j}, DType::kFloat32);
+  const std::int64_t len = 2 * j - 1;
+  const std::vector<std::int64_t> want = {heads_, len};
+  if (grad.shape() != want) {
+    throw std::invalid_argument("RelativePositionBias::backward_distance_table: grad has shape " +
+                                detail::shape_string(grad.shape()) + ", expected " +
+                                detail::shape_string(want) + " [heads, 2j - 1] for j = " +
+                                std::to_string(j));
+  }
+  const Tensor g =
+      grad.dtype() == DType::kFloat32 && grad.is_contiguous() ? grad : grad.to(DType::kFloat32);
+  const BucketRule rule =
+      make_bucket_rule("RelativePositionBias", causal_, num_buckets_, max_distance_);
+  Tensor out = Tensor::empty({num_buckets_, heads_}, DType::kFloat32);
+  float* o = out.mutable_data<float>();
+  std::fill(o, o + out.numel(), 0.0f);
+  const float* gp = g.data<float>();
+  // Summed per bucket first, scaled once: scale * sum equals the gradient of
+  // the forward's weight * scale.
+  for (std::int64_t k = 0; k < len; ++k) {
+    const std::int64_t b = bucket_of(rule, (j - 1) - k);
+    for (std::int64_t h = 0; h < heads_; ++h) o[b * heads_ + h] += gp[h * len + k];
+  }
+  for (std::int64_t e = 0; e < out.numel(); ++e) o[e] *= scale_;
+  return out;
+}
+
 TensorMap RelativePositionBias::state_dict() const { return {{kWeightName, embedding_}}; }
 
 void RelativePositionBias::load_state_dict(const TensorMap& state) {

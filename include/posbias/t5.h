@@ -77,6 +77,17 @@ class RelativePositionBias {
   /// attention reads (valid for any i <= j). j >= 1 (std::invalid_argument).
   Tensor distance_table(std::int64_t j) const;
 
+  /// The embedding gradient of sum(distance_table(j) * grad): [num_buckets,
+  /// heads] float32 with g[b][h] = scale * (sum of grad[h][k] over the
+  /// entries k whose bucket is b), a scatter-add of the table gradient into
+  /// the buckets (what a trainable front end needs; buckets no entry reaches
+  /// get 0). grad: [heads, 2j - 1], any dtype and strides (copied to
+  /// contiguous float32 first when it is not). j >= 1 and another shape
+  /// throw std::invalid_argument naming the values. Cost: one bucket
+  /// evaluation per entry plus one pass over grad; sums in float32 in entry
+  /// order (independent of the number of threads: there are none).
+  Tensor backward_distance_table(std::int64_t j, const Tensor& grad) const;
+
   /// The constructor arguments.
   float scale() const { return scale_; }
   bool causal() const { return causal_; }

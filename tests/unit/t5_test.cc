@@ -311,6 +311,61 @@ TEST(RelativePositionBias, DistanceTableAgreesWithForward) {
   }
 }
 
+// The embedding gradient against a naive loop: every table entry k adds
+// grad[h][k] * scale to its bucket's row (double here, float32 in the core).
+TEST(RelativePositionBias, BackwardDistanceTableIsTheNaiveScatterAdd) {
+  for (const Config& c : configs()) {
+    const float scale = 0.75f;
+    const std::int64_t heads = 3;
+    const RelativePositionBias m(scale, c.causal, c.num_buckets, c.max_distance, heads, 5);
+    for (std::int64_t j : {1, 2, 9, 64, 300}) {
+      const std::int64_t len = 2 * j - 1;
+      // A strided gradient: every other column of [heads, 2 len].
+      std::vector<float> wide(static_cast<std::size_t>(heads * 2 * len));
+      for (std::size_t e = 0; e < wide.size(); ++e) {
+        wide[e] = std::sin(0.37f * static_cast<float>(e)) + 0.25f;
+      }
+      Tensor base = Tensor::from_vector({heads, 2 * len}, wide);
+      const Tensor grad = Tensor::from_blob(base.raw_mutable_data(), {heads, len}, {2 * len, 2},
+                                            DType::kFloat32, nullptr);
+      std::vector<double> want(static_cast<std::size_t>(c.num_buckets * heads), 0.0);
+      for (std::int64_t k = 0; k < len; ++k) {
+        const std::int64_t b =
+            t5_relative_position_bucket((j - 1) - k, c.causal, c.num_buckets, c.max_distance);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          want[static_cast<std::size_t>(b * heads + h)] +=
+              static_cast<double>(grad.at({h, k})) * scale;
+        }
+      }
+      const Tensor got = m.backward_distance_table(j, grad);
+      ASSERT_EQ(got.shape(), (std::vector<std::int64_t>{c.num_buckets, heads}));
+      ASSERT_EQ(got.dtype(), DType::kFloat32);
+      const std::vector<float> g = got.to_float_vector();
+      for (std::size_t e = 0; e < g.size(); ++e) {
+        EXPECT_NEAR(g[e], want[e], 1e-5 * (1.0 + static_cast<double>(len)))
+            << describe(c) << " j" << j << " entry " << e;
+      }
+      // bfloat16 gradients are widened first: the same sums of their values.
+      const Tensor g16 = grad.to(DType::kBFloat16);
+      const std::vector<float> from16 = m.backward_distance_table(j, g16).to_float_vector();
+      const std::vector<float> direct =
+          m.backward_distance_table(j, g16.to(DType::kFloat32)).to_float_vector();
+      expect_bits_equal(from16, direct, describe(c) + " bfloat16 j" + std::to_string(j));
+    }
+  }
+  const RelativePositionBias m(1.0f);
+  expect_throw_with<std::invalid_argument>(
+      [&] {
+        m.backward_distance_table(0, Tensor::full({8, 1}, 0.0f));
+      },
+      "j must be >= 1, got 0");
+  expect_throw_with<std::invalid_argument>(
+      [&] {
+        m.backward_distance_table(3, Tensor::full({8, 4}, 0.0f));
+      },
+      "grad has shape [8, 4], expected [8, 5]");
+}
+
 TEST(RelativePositionBias, CausalFutureKeysShareBucketZero) {
   const RelativePositionBias m(1.0f, true, 32, 128, 2, 3);
   const Tensor bias = m.forward(4, 10);  // q_r = 6 + r
@@ -473,6 +528,7 @@ TEST(Precision, T5SixteenBitOutputsAreTheFloat32ValuesRoundedOnce) {
   }
   EXPECT_TRUE(saw_inf) << "the T5 case no longer reaches float16's limit";
 }
+
 
 }  // namespace
 }  // namespace posbias
