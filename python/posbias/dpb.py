@@ -29,13 +29,15 @@ class DynamicPositionBias(nn.Module):
 
     mlp = Sequential(Linear(1, dim), SiLU, Linear(dim, dim), SiLU,
     Linear(dim, heads)) (state-dict names mlp.0/2/4.weight/bias, so zeta state
-    dicts load). forward(i, j), 0 <= i <= j, runs the MLP on the distances
-    0..j-1 (the op dpb_distance_table) and returns [heads, i, j] with
-    bias[h][r][c] = MLP(|q_r - c|)[h], q_r = j - i + r, expanded by the core
-    (expand_distance_table; its backward is the core's reduction). i and j are
-    lengths, not positions: the seed's module(0, 5) is an empty [heads, 0, 5].
-    Trainable through autograd; the output has the parameters' dtype
-    (float32, bfloat16 or float16: the core's expansion takes no float64).
+    dicts load). forward(i, j), 0 <= i <= j, returns [heads, i, j] with
+    bias[h][r][c] = MLP(|q_r - c|)[h], q_r = j - i + r: two core calls, the
+    core DynamicPositionBias's distance_table(j) on these parameters (the op
+    dpb_distance_table; its backward the core's backward_distance_table) and
+    the core's expansion (expand_distance_table; its backward the core's
+    reduction). i and j are lengths, not positions: the seed's module(0, 5) is
+    an empty [heads, 0, 5]. Trainable through autograd. The core computes in
+    float32; the output has the parameters' dtype (float32, bfloat16 or
+    float16): a float64 module is refused with TypeError (docs/python.md).
 
     distance_table(j) returns the [heads, 2j - 1] table that
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]
@@ -59,7 +61,7 @@ class DynamicPositionBias(nn.Module):
     def distance_table(self, j):
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
         j = _checks.check_int("DynamicPositionBias.distance_table: j", j, minimum=1)
-        # The op keeps the parameters' dtype (float64 too) and runs on the CPU.
+        # One core call (and one for the backward); float32, bfloat16 or float16.
         return torch.ops.posbias.dpb_distance_table(self._params(), j, "zeta", False, False, 1e-5)
 
     def forward(self, i, j):

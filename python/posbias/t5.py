@@ -15,8 +15,11 @@ class RelativePositionBias(nn.Module):
     forward(i, j) -> [heads, i, j], E[bucket(c - q_r)][h] * scale, q_r = j - i + r
     (0 <= i <= j), the core's expansion of distance_table(j) (its backward is
     the core's reduction). distance_table(j) gives the [heads, 2j - 1] table
-    for posbias.attention(..., bias="table"). Both differentiable w.r.t. the
-    embedding."""
+    for posbias.attention(..., bias="table"): the core RelativePositionBias's
+    distance_table over the embedding (the op t5_distance_table; its backward
+    the core's scatter-add of the gradient into the buckets). Both
+    differentiable w.r.t. the embedding; float32, bfloat16 or float16 (a
+    float64 embedding is refused with TypeError)."""
 
     def __init__(self, scale, causal=False, num_buckets=32, max_distance=128, heads=8):
         super().__init__()

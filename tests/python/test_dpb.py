@@ -1,6 +1,6 @@
 """DynamicPositionBias, RelativePositionBias and the table expansion against the
-reference; zeta state dicts; gradients (gradcheck in double, and the float32
-module's gradients against the float64 reference's autograd)."""
+reference; zeta state dicts; gradients (the float32 ops and modules against
+the float64 reference's autograd; float64 modules are refused)."""
 import pytest
 import torch
 from torch import nn
@@ -71,29 +71,104 @@ def test_gradients_match_reference_autograd(i, j):
         close(p.grad, ref_params[name].grad, atol=1e-4, rtol=1e-4)
 
 
-def test_gradcheck_double():
-    """torch.autograd.gradcheck in float64 of the module's distance table (the op
-    dpb_distance_table, which keeps float64) with respect to every parameter.
-    The expansion is the core's (float32, bfloat16, float16 only), so a float64
-    module's forward is refused with a TypeError rather than computed in
-    float32; the whole chain's gradients are test_gradients_match_reference_autograd
-    (float32 module against the float64 reference's autograd) and the
-    expansion's test_expand_distance_table_gradient."""
+def _xt_params(dim, heads, depth, norm):
+    """An x-transformers DPB's parameters in state-dict order (float32) and the
+    same MLP as reference.py layers (float64 leaves)."""
+    params, layers = [], []
+    fan_in = 1
+    for _ in range(depth):
+        w, b = torch.randn(dim, fan_in) / fan_in ** 0.5, torch.randn(dim) * 0.1
+        params += [w, b]
+        layers.append({"type": "linear", "weight": w, "bias": b})
+        if norm:
+            nw, nb = 1 + 0.1 * torch.randn(dim), 0.1 * torch.randn(dim)
+            params += [nw, nb]
+            layers.append({"type": "layernorm", "weight": nw, "bias": nb, "eps": 1e-5})
+        layers.append({"type": "silu"})
+        fan_in = dim
+    w, b = torch.randn(heads, dim) / dim ** 0.5, torch.randn(heads) * 0.1
+    params += [w, b]
+    layers.append({"type": "linear", "weight": w, "bias": b})
+    params = [p.requires_grad_() for p in params]
+    for layer in layers:
+        for k in ("weight", "bias"):
+            if k in layer:
+                layer[k] = layer[k].detach().double().requires_grad_()
+    return params, layers
+
+
+@pytest.mark.parametrize("j", [1, 2, 5, 33])
+def test_dpb_table_op_gradients_zeta(j):
+    """The op dpb_distance_table (the core's distance_table, backward the core's
+    backward_distance_table) against the float64 reference's autograd, to
+    float32 tolerance: values and every parameter's gradient."""
     torch.manual_seed(3)
-    m = posbias.DynamicPositionBias(4, 2).double()
+    m = posbias.DynamicPositionBias(6, 3)
+    params = [p.detach().clone().requires_grad_() for p in m.parameters()]
     names = [n for n, _ in m.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_() for p in m.parameters())
-    assert m.distance_table(3).dtype == torch.float64
+    ref = {n: p.detach().double().requires_grad_() for n, p in zip(names, params)}
+    table = torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
+    idx = (torch.arange(2 * j - 1) - (j - 1)).abs()
+    ref_table = R.zeta_dpb_table(ref, j)[idx].t()
+    assert table.shape == (3, 2 * j - 1) and table.dtype == torch.float32
+    close(table, ref_table)
+    g = torch.randn(3, 2 * j - 1)
+    (table * g).sum().backward()
+    (ref_table * g.double()).sum().backward()
+    for n, p in zip(names, params):
+        close(p.grad, ref[n].grad, atol=1e-4, rtol=1e-4)
 
-    def table(*ps):  # what m.distance_table(5) computes, on these parameters
-        return torch.ops.posbias.dpb_distance_table(list(ps), 5, "zeta", False, False, 1e-5)
 
-    assert names == ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias",
-                     "mlp.4.weight", "mlp.4.bias"]
-    assert torch.equal(table(*params), m.distance_table(5))
-    assert torch.autograd.gradcheck(table, params, eps=1e-6, atol=1e-6, rtol=1e-5)
+@pytest.mark.parametrize("depth,norm,log_distance", [(1, False, False), (2, True, False),
+                                                      (3, False, True), (2, True, True)])
+def test_dpb_table_op_gradients_x_transformers(depth, norm, log_distance):
+    torch.manual_seed(4)
+    j = 7
+    params, layers = _xt_params(5, 2, depth, norm)
+    table = torch.ops.posbias.dpb_distance_table(params, j, "x-transformers", log_distance,
+                                                 norm, 1e-5)
+    assert table.shape == (2, 2 * j - 1) and table.dtype == torch.float32
+    out = posbias.expand_distance_table(table, j, j)
+    ref = R.xt_dpb_bias(layers, log_distance, j, j)
+    close(out, ref)
+    g = torch.randn(2, j, j)
+    (out * g).sum().backward()
+    (ref * g.double()).sum().backward()
+    ref_leaves = [layer[k] for layer in layers for k in ("weight", "bias") if k in layer]
+    for p, r in zip(params, ref_leaves):
+        close(p.grad, r.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_float64_is_refused_with_type_error():
+    """The core is float32 (a later issue adds float64): a float64 module's
+    table and bias are refused with TypeError, not computed in float32; the
+    state dict is the module's own either way."""
+    m = posbias.DynamicPositionBias(4, 2).double()
+    assert [n for n, _ in m.named_parameters()] == [
+        "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "mlp.4.weight",
+        "mlp.4.bias"]
+    for call in (lambda: m.distance_table(3), lambda: m(3, 5)):
+        with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
+            call()
+    t5 = posbias.RelativePositionBias(scale=1.0, num_buckets=8, max_distance=16, heads=2).double()
     with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
-        m(3, 5)
+        t5(2, 3)
+
+
+def test_dpb_sixteen_bit_module():
+    """A bfloat16 module: the core computes in float32, the table and the
+    gradients come back in the parameters' dtype."""
+    torch.manual_seed(5)
+    m = posbias.DynamicPositionBias(4, 2)
+    ref = m(3, 5).detach()
+    m16 = posbias.DynamicPositionBias(4, 2).to(torch.bfloat16)
+    m16.load_state_dict(m.state_dict())
+    out = m16(3, 5)
+    assert out.dtype == torch.bfloat16
+    close(out, R.zeta_dpb_bias(m16.state_dict(), 3, 5), atol=2e-2, rtol=2e-2)
+    close(out, ref, atol=2e-2, rtol=2e-2)
+    out.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in m16.parameters())
 
 
 @pytest.mark.parametrize("i,j,extra", [(1, 1, 0), (2, 3, 0), (4, 4, 2), (3, 6, 0), (0, 2, 0),
@@ -184,3 +259,22 @@ def test_relative_position_bias_gradient():
     e = m.relative_attention_bias.weight.detach().double().requires_grad_()
     (R.t5_bias(e, 5, 9, False, 8, 16, 2.0) * g.double()).sum().backward()
     close(m.relative_attention_bias.weight.grad, e.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("j", [1, 4, 60])
+def test_t5_table_op_gradient(causal, j):
+    """The op t5_distance_table (the core's distance_table over the embedding,
+    backward the core's scatter-add into the buckets) against the float64
+    reference's autograd; the bucket a table entry reads is the reference's."""
+    torch.manual_seed(8)
+    e = torch.randn(8, 3, requires_grad=True)
+    e64 = e.detach().double().requires_grad_()
+    table = torch.ops.posbias.t5_distance_table(e, j, causal, 8, 16, 0.5)
+    ref = R.t5_distance_table(e64, j, causal, 8, 16, 0.5)
+    assert table.shape == (3, 2 * j - 1) and table.dtype == torch.float32
+    close(table, ref, atol=1e-6, rtol=1e-6)
+    g = torch.randn(3, 2 * j - 1)
+    (table * g).sum().backward()
+    (ref * g.double()).sum().backward()
+    close(e.grad, e64.grad, atol=1e-5, rtol=1e-5)

@@ -2,12 +2,14 @@
 // Load it with torch.ops.load_library(path) (Python) or link / dlopen it
 // (C++); the kernels are the posbias::ops functions of <posbias/torch.h>.
 //
-// Registration: ops without a custom backward are CompositeImplicitAutograd
-// (m.def with a function): the distance tables are built from torch ops, so
-// autograd differentiates them. attention and attention_lse have a CPU
-// kernel (no autograd) and an Autograd kernel (a torch::autograd::Function
-// whose backward is posbias::attention_backward); so do
-// expand_distance_table and reduce_distance_table, each the other's backward.
+// Registration: ops without a backward (the slopes, alibi_bias,
+// alibi_distance_table) are CompositeImplicitAutograd (m.def with a
+// function). The differentiable ops have a CPU kernel (no autograd) and an
+// Autograd kernel (a torch::autograd::Function whose backward is a core
+// call): attention and attention_lse (posbias::attention_backward),
+// expand_distance_table and reduce_distance_table (each the other's
+// backward), dpb_distance_table and t5_distance_table (the core modules'
+// backward_distance_table).
 #include <torch/library.h>
 
 #include "posbias/torch.h"
@@ -38,6 +40,17 @@ at::Tensor reduce_distance_table_autograd(const at::Tensor& grad, int64_t n) {
   return posbias::ops::reduce_distance_table(grad, n);
 }
 
+at::Tensor t5_distance_table_autograd(const at::Tensor& embedding, int64_t j, bool causal,
+                                      int64_t num_buckets, int64_t max_distance, double scale) {
+  return posbias::ops::t5_distance_table(embedding, j, causal, num_buckets, max_distance, scale);
+}
+
+at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j,
+                                       c10::string_view variant, bool log_distance, bool norm,
+                                       double eps) {
+  return posbias::ops::dpb_distance_table(params, j, variant, log_distance, norm, eps);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(posbias, m) {
@@ -55,12 +68,10 @@ TORCH_LIBRARY(posbias, m) {
         TORCH_FN(posbias::ops::alibi_distance_table));
   m.def(
       "t5_distance_table(Tensor embedding, int j, bool causal, int num_buckets, int "
-      "max_distance, float scale) -> Tensor",
-      TORCH_FN(posbias::ops::t5_distance_table));
+      "max_distance, float scale) -> Tensor");
   m.def(
       "dpb_distance_table(Tensor[] params, int j, str variant=\"zeta\", bool log_distance=False, "
-      "bool norm=False, float eps=1e-05) -> Tensor",
-      TORCH_FN(posbias::ops::dpb_distance_table));
+      "bool norm=False, float eps=1e-05) -> Tensor");
   m.def("expand_distance_table(Tensor table, int i, int j, ScalarType? dtype=None) -> Tensor");
   m.def("reduce_distance_table(Tensor grad, int n) -> Tensor");
   m.def(
@@ -77,6 +88,8 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("attention_lse", TORCH_FN(posbias::ops::attention_lse_cpu));
   m.impl("expand_distance_table", TORCH_FN(posbias::ops::expand_distance_table_cpu));
   m.impl("reduce_distance_table", TORCH_FN(posbias::ops::reduce_distance_table_cpu));
+  m.impl("t5_distance_table", TORCH_FN(posbias::ops::t5_distance_table_cpu));
+  m.impl("dpb_distance_table", TORCH_FN(posbias::ops::dpb_distance_table_cpu));
 }
 
 TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
@@ -84,4 +97,6 @@ TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
   m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));
   m.impl("reduce_distance_table", TORCH_FN(reduce_distance_table_autograd));
+  m.impl("t5_distance_table", TORCH_FN(t5_distance_table_autograd));
+  m.impl("dpb_distance_table", TORCH_FN(dpb_distance_table_autograd));
 }

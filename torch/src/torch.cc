@@ -160,13 +160,6 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
-// ---------------------------------------------------------------------------
-// Distance tables.
-
-at::Tensor arange_f(int64_t begin, int64_t end, const at::TensorOptions& opt) {
-  return torch::arange(begin, end, opt.dtype(at::kLong)).to(opt);
-}
-
 }  // namespace
 
 namespace ops {
@@ -215,82 +208,6 @@ at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed
     }
   }
   return out;
-}
-
-at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal,
-                             int64_t num_buckets, int64_t max_distance, double scale) {
-  const char* who = "t5_distance_table";
-  check_cpu(embedding, who, "embedding");
-  TORCH_CHECK_VALUE(j >= 1, "posbias.t5_distance_table: j must be >= 1, got ", j);
-  TORCH_CHECK_VALUE(embedding.dim() == 2 && embedding.size(0) == num_buckets,
-              "posbias.t5_distance_table: embedding must be [num_buckets, heads] = [", num_buckets,
-              ", heads], got ", embedding.sizes());
-  const int64_t len = 2 * j - 1;
-  at::Tensor idx = at::empty({len}, at::kLong);
-  int64_t* ip = idx.data_ptr<int64_t>();
-  core_call([&] {
-    for (int64_t e = 0; e < len; ++e) {
-      ip[e] = t5_relative_position_bucket((j - 1) - e, causal, num_buckets, max_distance);
-    }
-    return 0;
-  });
-  return embedding.index_select(0, idx).t().mul(scale);
-}
-
-at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view variant,
-                              bool log_distance, bool norm, double eps) {
-  const char* who = "dpb_distance_table";
-  TORCH_CHECK_VALUE(j >= 1, "posbias.dpb_distance_table: j must be >= 1, got ", j);
-  for (const at::Tensor& p : params) check_cpu(p, who, "a parameter");
-  const std::string v(variant);
-  TORCH_CHECK_VALUE(v == "zeta" || v == "x-transformers",
-              "posbias.dpb_distance_table: variant must be \"zeta\" or \"x-transformers\", got \"",
-              v, "\"");
-  const int64_t per_block = norm ? 4 : 2;
-  const int64_t n = static_cast<int64_t>(params.size());
-  if (v == "zeta") {
-    TORCH_CHECK_VALUE(!log_distance && !norm,
-                "posbias.dpb_distance_table: the zeta variant has no log_distance or norm");
-    TORCH_CHECK_VALUE(n == 6, "posbias.dpb_distance_table: the zeta variant takes 6 parameters ",
-                "(mlp.0.weight, mlp.0.bias, mlp.2.weight, mlp.2.bias, mlp.4.weight, mlp.4.bias), ",
-                "got ", n);
-  } else {
-    TORCH_CHECK_VALUE(n >= 2 + per_block && (n - 2) % per_block == 0,
-                "posbias.dpb_distance_table: x-transformers with norm=", norm, " takes ",
-                per_block, " tensors per hidden block plus 2 for the output layer, got ", n);
-  }
-  const at::Tensor& w0 = params[0];
-  TORCH_CHECK_VALUE(w0.dim() == 2 && w0.size(1) == 1,
-              "posbias.dpb_distance_table: the first weight must be [dim, 1], got ", w0.sizes());
-  const at::TensorOptions opt = w0.options();
-  const int64_t len = 2 * j - 1;
-  at::Tensor x;
-  if (v == "zeta") {
-    x = arange_f(0, j, opt).unsqueeze(1);
-  } else {
-    x = arange_f(-(j - 1), j, opt);
-    if (log_distance) x = torch::sign(x) * torch::log(x.abs() + 1);
-    x = x.unsqueeze(1);
-  }
-  const int64_t blocks = v == "zeta" ? 2 : (n - 2) / per_block;
-  const int64_t step = v == "zeta" ? 2 : per_block;
-  for (int64_t bl = 0; bl < blocks; ++bl) {
-    const int64_t base = bl * step;
-    x = torch::nn::functional::linear(x, params[static_cast<std::size_t>(base)],
-                                      params[static_cast<std::size_t>(base + 1)]);
-    if (norm) {
-      x = torch::layer_norm(x, {x.size(-1)}, params[static_cast<std::size_t>(base + 2)],
-                            params[static_cast<std::size_t>(base + 3)], eps);
-    }
-    x = torch::silu(x);
-  }
-  x = torch::nn::functional::linear(x, params[static_cast<std::size_t>(n - 2)],
-                                    params[static_cast<std::size_t>(n - 1)]);  // [rows, heads]
-  if (v == "zeta") {
-    const at::Tensor idx = (torch::arange(len, at::kLong) - (j - 1)).abs().to(opt.device());
-    return x.index_select(0, idx).t();
-  }
-  return x.t();
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(

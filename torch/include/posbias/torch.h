@@ -59,9 +59,13 @@ at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j,
                                 bool signed_distances = true);
 
 /// [h, 2j - 1] T5 table from the [num_buckets, h] embedding: entry e holds
-/// embedding[bucket(c - q)][h] * scale with c - q = (j - 1) - e. In the
-/// embedding's dtype; differentiable w.r.t. the embedding (gather of torch
-/// ops: its backward is a scatter-add onto the buckets). j >= 1.
+/// embedding[bucket(c - q)][h] * scale with c - q = (j - 1) - e: the core's
+/// RelativePositionBias::distance_table over a view of the embedding (no
+/// copy), computed in float32, returned in the embedding's dtype (float32,
+/// bfloat16, float16; float64 is c10::TypeError). Differentiable w.r.t. the
+/// embedding: the backward is the core's backward_distance_table (a
+/// scatter-add into the buckets), first order only. j >= 1 and the bucket
+/// arguments are checked by the core (c10::ValueError with its message).
 at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal,
                              int64_t num_buckets, int64_t max_distance, double scale);
 
@@ -69,11 +73,22 @@ at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal
 /// state-dict order (docs/torch.md): variant "zeta" (6 tensors, MLP on the
 /// distances 0..j-1, entry e = T[|e - (j - 1)|]) or "x-transformers" (MLP on
 /// the signed distances -(j-1)..(j-1), sign(x) ln(|x| + 1) with log_distance,
-/// LayerNorm with norm). Built from torch ops: differentiable w.r.t. every
-/// parameter, on the parameters' device and dtype. j >= 1.
+/// LayerNorm with norm). One core call each way: the core's
+/// DynamicPositionBias (parameters loaded, i.e. copied once to float32) runs
+/// distance_table(j); the backward is its backward_distance_table (every
+/// parameter's gradient, first order only). float32, bfloat16 or float16
+/// CPU parameters (float64 is c10::TypeError: the core is float32); the
+/// table has the first parameter's dtype. Shapes, values (finite) and j are
+/// checked by the core (c10::ValueError with its message).
 at::Tensor dpb_distance_table(at::TensorList params, int64_t j,
                               c10::string_view variant = "zeta", bool log_distance = false,
                               bool norm = false, double eps = 1e-5);
+
+/// The CPU kernels of the two ops above, without autograd.
+at::Tensor t5_distance_table_cpu(const at::Tensor& embedding, int64_t j, bool causal,
+                                 int64_t num_buckets, int64_t max_distance, double scale);
+at::Tensor dpb_distance_table_cpu(at::TensorList params, int64_t j, c10::string_view variant,
+                                  bool log_distance, bool norm, double eps);
 
 /// The dense bias [h, i, j] of a distance table [h, n], n odd, read at its
 /// centre: bias[h][r][c] = table[h][(n - 1) / 2 + (q_r - c)], q_r = j - i + r,
@@ -246,11 +261,12 @@ struct DynamicPositionBiasOptions {
 /// mlp.4.weight [heads, dim], mlp.4.bias). nn.Linear's default init.
 /// forward(i, j), 0 <= i <= j: the MLP on the distances 0..j-1 gives
 /// T[j, heads]; bias[h][r][c] = T[|q_r - c|][h], [heads, i, j]; i and j are
-/// lengths (forward(0, 5) is an empty [heads, 0, 5]). The table comes from
-/// the MLP in torch ops, the bias from the core's expansion
-/// (expand_distance_table; its backward the core's reduction): trainable
-/// through autograd, in the module's dtype (float32, bfloat16, float16; a
-/// float64 module is refused with c10::TypeError), on the CPU.
+/// lengths (forward(0, 5) is an empty [heads, 0, 5]). The table is the
+/// core's (dpb_distance_table, backward the core's backward_distance_table),
+/// the bias the core's expansion (expand_distance_table; its backward the
+/// core's reduction): trainable through autograd, in the module's dtype
+/// (float32, bfloat16, float16; a float64 module is refused with
+/// c10::TypeError), on the CPU.
 class DynamicPositionBiasImpl : public torch::nn::Cloneable<DynamicPositionBiasImpl> {
  public:
   DynamicPositionBiasImpl(int64_t dim, int64_t heads)
