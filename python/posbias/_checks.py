@@ -22,13 +22,14 @@ def check_int(name, value, minimum=None):
     return value
 
 
-def check_float(name, value, allow_none=True):
+def check_float(name, value, allow_none=True, finite=True):
+    """A Python real as float; finite=False when the core checks the value."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"posbias: {name} must be a float, got {type(value).__name__} {value!r}")
     value = float(value)
-    if not math.isfinite(value):
+    if finite and not math.isfinite(value):
         raise ValueError(f"posbias: {name} must be finite, got {value}")
     return value
 

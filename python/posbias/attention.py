@@ -9,6 +9,7 @@ from ._library import load as _load
 _load()
 
 BIAS_KINDS = ("none", "alibi", "table", "dense")
+_TENSOR_NAMES = {"alibi": "slopes", "table": "table", "dense": "dense"}
 
 
 def _resolve_bias(bias, slopes, table, dense):
@@ -27,71 +28,28 @@ def _resolve_bias(bias, slopes, table, dense):
                          f"{', '.join(BIAS_KINDS)}")
     wrong = [k for k in present if k != bias]
     if wrong:
-        names = {"alibi": "slopes", "table": "table", "dense": "dense"}
         raise ValueError(f"posbias: attention: bias={bias!r} does not use "
-                         f"{', '.join(names[k] for k in wrong)}")
+                         f"{', '.join(_TENSOR_NAMES[k] for k in wrong)}")
     if bias != "none" and given[bias] is None:
-        names = {"alibi": "slopes", "table": "table", "dense": "dense"}
-        raise ValueError(f"posbias: attention: bias={bias!r} needs {names[bias]}")
+        raise ValueError(f"posbias: attention: bias={bias!r} needs {_TENSOR_NAMES[bias]}")
     return bias
 
 
 def check_attention_args(q, k, v, bias=None, slopes=None, table=None, dense=None, scale=None,
                          causal=False):
-    """Validates the arguments of attention(); returns the bias kind."""
+    """Checks what only Python sees (types, devices, the bias keyword) and
+    returns (bias kind, scale). Shapes, dtypes and values are checked once, in
+    the op and the core: ValueError / TypeError with their messages."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_tensor(name, t, dtypes=_checks.FLOAT_DTYPES, ndim=4)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"posbias: attention: q, k and v must have the same dtype, got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
-    b, h, i, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"posbias: attention: k {_checks.shape_str(k)} and v "
-                         f"{_checks.shape_str(v)} must have the same shape")
-    bk, hk, j, dk = k.shape
-    if bk != b or dk != d:
-        raise ValueError(f"posbias: attention: q {_checks.shape_str(q)} and k "
-                         f"{_checks.shape_str(k)} must agree in batch (dim 0) and head "
-                         f"dimension (dim 3)")
-    if d == 0:
-        raise ValueError(f"posbias: attention: head dimension d must be >= 1, got q "
-                         f"{_checks.shape_str(q)}")
-    if hk == 0 or h % hk != 0:
-        raise ValueError(f"posbias: attention: q has {h} heads and k {hk}; the query heads "
-                         f"must be a multiple of the kv heads (grouped-query attention)")
+        _checks.check_tensor(name, t)
     if not isinstance(causal, bool):
         raise TypeError(f"posbias: attention: causal must be a bool, got "
                         f"{type(causal).__name__}")
-    scale = _checks.check_float("attention: scale", scale)
+    scale = _checks.check_float("attention: scale", scale, finite=False)
     kind = _resolve_bias(bias, slopes, table, dense)
-    if kind == "alibi":
-        _checks.check_slopes("attention: slopes", slopes, heads=h)
-    elif kind == "table":
-        _checks.check_tensor("attention: table", table, ndim=2)
-        if not table.is_floating_point():
-            raise TypeError(f"posbias: attention: table must be floating, got {table.dtype}")
-        need = max(2 * j - 1, 0)
-        if table.shape[0] != h or table.shape[1] < need:
-            raise ValueError(f"posbias: attention: table {_checks.shape_str(table)} must be "
-                             f"[h, >= 2j - 1] = [{h}, >= {need}] for q {_checks.shape_str(q)} "
-                             f"and k {_checks.shape_str(k)}")
-        if not causal and i > j:
-            raise ValueError(f"posbias: attention: a distance table without causal masking "
-                             f"needs i <= j (rows before the first key have no table entry); "
-                             f"got i = {i}, j = {j}")
-    elif kind == "dense":
-        _checks.check_tensor("attention: dense", dense)
-        if not dense.is_floating_point():
-            raise TypeError(f"posbias: attention: dense must be floating, got {dense.dtype}")
-        if dense.dim() > 4:
-            raise ValueError(f"posbias: attention: dense has {dense.dim()} dimensions; at most "
-                             f"4 (broadcastable to [b, h, i, j])")
-        target = (b, h, i, j)
-        for pos in range(1, dense.dim() + 1):
-            s = dense.shape[-pos]
-            if s != 1 and s != target[-pos]:
-                raise ValueError(f"posbias: attention: dense {_checks.shape_str(dense)} does "
-                                 f"not broadcast to [b, h, i, j] = {list(target)}")
+    if kind != "none":
+        _checks.check_tensor(f"attention: {_TENSOR_NAMES[kind]}",
+                             {"alibi": slopes, "table": table, "dense": dense}[kind])
     return kind, scale
 
 

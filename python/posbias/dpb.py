@@ -45,6 +45,8 @@ class DynamicPositionBias(nn.Module):
 
     def __init__(self, dim, heads):
         super().__init__()
+        # The sizes of the torch parameters, before nn.Linear allocates them
+        # (the core checks them again on every call).
         dim = _checks.check_int("DynamicPositionBias: dim", dim, minimum=1)
         heads = _checks.check_int("DynamicPositionBias: heads", heads, minimum=1)
         self.dim = dim
@@ -60,7 +62,7 @@ class DynamicPositionBias(nn.Module):
 
     def distance_table(self, j):
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
-        j = _checks.check_int("DynamicPositionBias.distance_table: j", j, minimum=1)
+        j = _checks.check_int("DynamicPositionBias.distance_table: j", j)
         # One core call (and one for the backward); float32, bfloat16 or float16.
         return torch.ops.posbias.dpb_distance_table(self._params(), j, "zeta", False, False, 1e-5)
 

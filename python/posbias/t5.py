@@ -23,20 +23,25 @@ class RelativePositionBias(nn.Module):
 
     def __init__(self, scale, causal=False, num_buckets=32, max_distance=128, heads=8):
         super().__init__()
-        self.scale = _checks.check_float("RelativePositionBias: scale", scale, allow_none=False)
+        self.scale = _checks.check_float("RelativePositionBias: scale", scale, allow_none=False,
+                                         finite=False)
         if not isinstance(causal, bool):
             raise TypeError("posbias: RelativePositionBias: causal must be a bool")
         self.causal = causal
-        self.num_buckets = _checks.check_int("RelativePositionBias: num_buckets", num_buckets,
-                                             minimum=2)
-        self.max_distance = _checks.check_int("RelativePositionBias: max_distance",
-                                              max_distance, minimum=1)
+        self.num_buckets = _checks.check_int("RelativePositionBias: num_buckets", num_buckets)
+        self.max_distance = _checks.check_int("RelativePositionBias: max_distance", max_distance)
+        # The embedding's size is checked before torch allocates it; the
+        # bucket arguments and the scale by the core, now (a one-entry table of
+        # a zero embedding is a core call), not at the first forward.
         heads = _checks.check_int("RelativePositionBias: heads", heads, minimum=1)
+        torch.ops.posbias.t5_distance_table(torch.zeros(max(self.num_buckets, 0), heads), 1,
+                                            causal, self.num_buckets, self.max_distance,
+                                            self.scale)
         self.heads = heads
         self.relative_attention_bias = nn.Embedding(self.num_buckets, heads)
 
     def distance_table(self, j):
-        j = _checks.check_int("RelativePositionBias.distance_table: j", j, minimum=1)
+        j = _checks.check_int("RelativePositionBias.distance_table: j", j)
         return torch.ops.posbias.t5_distance_table(self.relative_attention_bias.weight, j,
                                                    self.causal, self.num_buckets,
                                                    self.max_distance, self.scale)

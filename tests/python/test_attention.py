@@ -210,7 +210,7 @@ def test_gradcheck(kind):
     1e-7 / 1e-2 = 1e-5; the central difference's third-order term about
     eps^2 = 1e-4). The tight check of the same gradients is
     test_gradients_match_reference_autograd (float64 reference, 1e-4)."""
-    with pytest.raises(TypeError, match="float64"):
+    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got Double"):
         posbias.attention(*(torch.zeros(1, 1, 1, 1, dtype=torch.float64),) * 3)
     b, h, hk, i, j, d = 1, 2, 1, 3, 4, 3
     q, k, v = (t.requires_grad_() for t in make(b, h, hk, i, j, d, seed=13))

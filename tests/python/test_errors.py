@@ -16,30 +16,30 @@ def qkv(b=1, h=2, hk=2, i=3, j=4, d=8, dtype=torch.float32):
 
 def test_attention_dtypes():
     q, k, v = qkv()
-    with pytest.raises(TypeError, match="q has dtype int64"):
+    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got Long"):
         posbias.attention(q.long(), k, v)
-    with pytest.raises(TypeError, match="same dtype"):
+    with pytest.raises(TypeError, match="q, k and v must have one dtype, got Float, Half, Float"):
         posbias.attention(q, k.half(), v)
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
         posbias.attention(q.tolist(), k, v)
-    with pytest.raises(TypeError, match="slopes must be a floating"):
+    with pytest.raises(TypeError, match="slopes must be a floating tensor, got Long"):
         posbias.attention(q, k, v, slopes=torch.tensor([1, 2]))
 
 
 def test_attention_shapes():
     q, k, v = qkv()
-    with pytest.raises(ValueError, match=r"q must have 4 dimensions, got shape \[2, 3, 8\]"):
+    with pytest.raises(ValueError, match=r"\(4-d\), got q \[2, 3, 8\]"):
         posbias.attention(q[0], k, v)
-    with pytest.raises(ValueError, match=r"k \[1, 2, 4, 8\] and v \[1, 2, 5, 8\]"):
+    with pytest.raises(ValueError, match=r"k and v must have the same shape .*k \[1, 2, 4, 8\], v \[1, 2, 5, 8\]"):
         posbias.attention(q, k, torch.randn(1, 2, 5, 8))
-    with pytest.raises(ValueError, match="head dimension"):
+    with pytest.raises(ValueError, match="same head dimension d"):
         posbias.attention(q, torch.randn(1, 2, 4, 7), torch.randn(1, 2, 4, 7))
-    with pytest.raises(ValueError, match="batch"):
+    with pytest.raises(ValueError, match="same batch size"):
         posbias.attention(q, torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8))
     q3 = torch.randn(1, 3, 3, 8)
-    with pytest.raises(ValueError, match="3 heads and k 2"):
+    with pytest.raises(ValueError, match="query heads h = 3 must be a multiple of the key/value heads hk = 2"):
         posbias.attention(q3, k, v)
-    with pytest.raises(ValueError, match="d must be >= 1"):
+    with pytest.raises(ValueError, match="d must be >= 1, got 0"):
         z = torch.randn(1, 2, 3, 0)
         posbias.attention(z, torch.randn(1, 2, 4, 0), torch.randn(1, 2, 4, 0))
 
@@ -54,15 +54,15 @@ def test_attention_bias_arguments():
         posbias.attention(q, k, v, "alibi", slopes=torch.ones(2), table=torch.zeros(2, 7))
     with pytest.raises(ValueError, match="at most one of"):
         posbias.attention(q, k, v, slopes=torch.ones(2), dense=torch.zeros(3, 4))
-    with pytest.raises(ValueError, match="3 entries, expected 2"):
+    with pytest.raises(ValueError, match="one slope per query head: got 3 slopes for h = 2"):
         posbias.attention(q, k, v, slopes=torch.ones(3))
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match=r"slope 1 is not finite \(nan\)"):
         posbias.attention(q, k, v, slopes=torch.tensor([1.0, float("nan")]))
-    with pytest.raises(ValueError, match=r"table \[2, 6\] must be \[h, >= 2j - 1\] = \[2, >= 7\]"):
+    with pytest.raises(ValueError, match=r"\[h, >= 2j - 1\] = \[2, >= 7\], got float32 table \[2, 6\]"):
         posbias.attention(q, k, v, table=torch.zeros(2, 6))
-    with pytest.raises(ValueError, match="i <= j"):
+    with pytest.raises(ValueError, match="non-causal attention needs i <= j, got i = 5, j = 3"):
         posbias.attention(*qkv(i=5, j=3), table=torch.zeros(2, 5))
-    with pytest.raises(ValueError, match="does not broadcast"):
+    with pytest.raises(ValueError, match=r"dense bias \[1, 2, 3, 5\] .* broadcastable to \[b, h, i, j\] = \[1, 2, 3, 4\]"):
         posbias.attention(q, k, v, dense=torch.zeros(1, 2, 3, 5))
     with pytest.raises(ValueError, match="scale must be finite"):
         posbias.attention(q, k, v, scale=float("inf"))
@@ -99,14 +99,14 @@ def test_op_level_errors_are_value_errors():
 
 
 def test_alibi_modules():
-    with pytest.raises(ValueError, match=r"total_heads \(4\) must be >= heads \(8\)"):
+    with pytest.raises(ValueError, match="total_heads must be >= heads, got total_heads = 4, heads = 8"):
         posbias.AlibiPositionalBias(heads=8, total_heads=4)
     with pytest.raises(ValueError, match="heads must be >= 1, got 0"):
         posbias.AlibiPositionalBias(heads=0)
     with pytest.raises(TypeError, match="heads must be an int, got float"):
         posbias.AlibiPositionalBias(heads=2.5)
     m = posbias.AlibiPositionalBias(heads=2)
-    with pytest.raises(ValueError, match="i must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="lengths must be >= 0, got i = -1, j = 3"):
         m(-1, 3)
     with pytest.raises(TypeError, match="j must be an int"):
         m(1, "3")
@@ -116,10 +116,17 @@ def test_alibi_modules():
         posbias.AlibiBias(3, slopes=torch.tensor([-0.1, -0.2]))
     with pytest.raises(ValueError, match="n_heads must be >= 1"):
         posbias.AlibiBias(0)
-    with pytest.raises(ValueError, match="head_begin <= head_end"):
+    with pytest.raises(ValueError, match=r"head range \[5, 3\) must satisfy 0 <= h0 <= h1 <= total_heads = 8"):
         posbias.alibi_slopes_range(8, 5, 3)
     with pytest.raises(ValueError, match="heads must be >= 1"):
         posbias.alibi_slopes(0)
+    # Checked by the core when the module is built (an empty build is a core call).
+    with pytest.raises(ValueError, match=r"slope 1 is not finite \(nan\)"):
+        posbias.AlibiPositionalBias(heads=2, slopes=[-0.5, float("nan")])
+    with pytest.raises(ValueError, match="need at least one slope, got 0"):
+        posbias.AlibiPositionalBias(heads=2, slopes=[])
+    with pytest.raises(ValueError, match="max_bias must be finite, got inf"):
+        posbias.alibi_slopes(4, max_bias=float("inf"))
 
 
 def test_dpb_and_t5():
@@ -130,6 +137,16 @@ def test_dpb_and_t5():
         posbias.DynamicPositionBias(0, 2)
     with pytest.raises(RuntimeError, match="mlp.4.weight"):
         m.load_state_dict({"mlp.0.weight": torch.zeros(8, 1)})
+    with pytest.raises(ValueError, match="j must be >= 1, got 0"):
+        m.distance_table(0)
+    with pytest.raises(ValueError, match=r"mlp.0.bias.*expected shape \[8\], got \[5\]"):
+        torch.ops.posbias.dpb_distance_table(
+            [torch.zeros(8, 1), torch.zeros(5), torch.zeros(8, 8), torch.zeros(8),
+             torch.zeros(2, 8), torch.zeros(2)], 3)
+    with pytest.raises(ValueError, match=r"num_buckets must be >= 4 \(two-sided"):
+        posbias.RelativePositionBias(scale=1.0, num_buckets=2)
+    with pytest.raises(ValueError, match="scale must be finite, got inf"):
+        posbias.RelativePositionBias(scale=float("inf"))
     t5 = posbias.RelativePositionBias(scale=1.0, heads=2)
     with pytest.raises(ValueError, match="i <= j"):
         t5(3, 2)
