@@ -10,7 +10,11 @@
 //   words such as -d8 or --heads=7) at most 2^20 in magnitude, and the
 //   product of those >= 2 at most 2^20: no output or computation past a few
 //   million elements (the library's own refusal of sizes past physical
-//   memory is tested in tests/unit/*_limits_test.cc, not here);
+//   memory is tested in tests/unit/*_limits_test.cc, not here), except
+//   a --depth of at least 2^36 (`--depth N` or `--depth=N`): no machine
+//   holds that many layers, and the library must refuse it at once, before
+//   building anything (issue 19: `posbias dpb --variant x-transformers
+//   --depth 1000000000000` hung);
 // - `bench` (timing runs) and `demo` (a fixed script of its own, with plots
 //   and timed runs; ctest cli.demo runs it) are never run, and no word may
 //   hold '/' or '\': the
@@ -35,6 +39,22 @@ namespace {
 constexpr std::size_t kMaxWords = 24;
 constexpr std::size_t kMaxWordBytes = 96;
 constexpr double kMaxProduct = 1 << 20;
+constexpr double kRefusedDepth = 68719476736.0;  // 2^36: about 50 TB of layers
+
+// A --depth value the library must refuse at once (see the file comment).
+bool is_refused_depth(const std::string& previous, const std::string& word) {
+  std::string value;
+  if (previous == "--depth") {
+    value = word;
+  } else if (word.rfind("--depth=", 0) == 0) {
+    value = word.substr(8);
+  } else {
+    return false;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  return !value.empty() && end != nullptr && *end == '\0' && v >= kRefusedDepth;
+}
 
 // Every number in `word`, started at each digit that does not continue
 // another number, read both as strtod and as strtoll(base 0) reads it.
@@ -97,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string& s = words[w];
     if (s.size() > kMaxWordBytes || s == "bench" || s == "demo" ||
         s.find('/') != std::string::npos || s.find('\\') != std::string::npos ||
-        !numbers_acceptable(s, product)) {
+        (!is_refused_depth(words[w - 1], s) && !numbers_acceptable(s, product))) {
       return -1;
     }
   }
