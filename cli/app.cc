@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "golden_check.h"
 #include "posbias/version.h"
@@ -96,7 +97,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     for (const auto& c : commands) known = known || c.app->get_name() == name;
     if (!known) {
       return report_error(
-          err, "unknown command '" + name + "' (commands: " + command_names(commands) + ")",
+          err,
+          "unknown command " + detail::quoted_name(name) + " (commands: " + command_names(commands) +
+              ")",
           kExitUsage);
     }
   }

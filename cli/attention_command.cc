@@ -1,13 +1,13 @@
 // `posbias attention`: attention_forward (the fused kernel) on seeded random
 // or given inputs, with any of its bias kinds; a summary (checksum, time) or
 // the output tensor, and optionally a check against attention_reference.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "attention_inputs.h"
+#include "checks.h"  // detail::quoted_name, detail::physical_memory_bytes
+#include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -162,7 +164,7 @@ GivenInputs load_inputs(const AttentionArgs& a) {
   const auto get = [&](const char* name) {
     const auto it = tensors.find(name);
     if (it == tensors.end()) {
-      throw std::invalid_argument("--inputs: '" + a.inputs + "' has no tensor '" + name +
+      throw std::invalid_argument("--inputs: " + detail::quoted_name(a.inputs) + " has no tensor '" + name +
                                   "' (it needs q, k, v" +
                                   (a.bias == "dense" ? std::string(" and bias") : "") + ")");
     }
@@ -207,35 +209,65 @@ std::string shape_text_summary(std::int64_t b, std::int64_t h, std::int64_t hk, 
          ", i " + std::to_string(i) + ", j " + std::to_string(j) + ", d " + std::to_string(d);
 }
 
+// Saturating arithmetic for byte counts: a sum or product past uint64
+// becomes kSaturated, which exceeds any machine's memory.
+constexpr std::uint64_t kSaturated = ~std::uint64_t{0};
+
+std::uint64_t times(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
+}
+
+std::uint64_t plus(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
+}
+
+std::uint64_t product(std::initializer_list<std::int64_t> extents) {
+  std::uint64_t n = 1;
+  for (std::int64_t e : extents) n = times(n, static_cast<std::uint64_t>(e));
+  return n;
+}
+
 // The library refuses one tensor larger than the machine's memory, but the
 // tool holds several at once: refuse a run whose tensors together exceed it
-// (std::length_error, exit 2) before anything is allocated, rather than be
-// killed by the OOM killer while drawing the inputs. Counted: q, k, v and
-// the dense bias in float32, their 16-bit copies, the output and, with
-// --check, the reference's float32 copies and output.
-void check_total_memory(const AttentionShape& s, bool dense, DType dtype, bool check) {
-  const double qn = static_cast<double>(s.b) * static_cast<double>(s.h) * static_cast<double>(s.i) *
-                    static_cast<double>(s.d);
-  const double kn = static_cast<double>(s.b) * static_cast<double>(s.hk) *
-                    static_cast<double>(s.j) * static_cast<double>(s.d);
-  const double dn =
-      dense ? static_cast<double>(s.h) * static_cast<double>(s.i) * static_cast<double>(s.j) : 0.0;
-  const double size = static_cast<double>(dtype_size(dtype));
-  double bytes = 4.0 * (qn + 2.0 * kn + dn) + size * qn;
-  if (dtype != DType::kFloat32) bytes += size * (qn + 2.0 * kn);
-  if (check) bytes += 4.0 * (2.0 * qn + 2.0 * kn) + size * qn;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_size <= 0) return;
-  const double memory = static_cast<double>(pages) * static_cast<double>(page_size);
-  if (bytes > memory) {
-    throw std::length_error(
-        "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
-        shape_list({s.b, s.hk, s.j, s.d}) +
-        (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) + " (" +
-        dtype_name(dtype) + (check ? ", --check" : "") + ") needs about " + number(bytes, "%.4g") +
-        " bytes, more than this machine's " + number(memory, "%.4g") + " bytes of memory");
-  }
+// (std::length_error, exit 2) before anything is allocated (the distance
+// table of --bias table too: issue 19, an 8 GB table was built before the
+// 8 TB of k and v were refused), rather than be killed by the OOM killer
+// while building them. Counted, by overflow-checked (saturating) integer
+// arithmetic on the non-negative extents: q, k, v and the dense bias in
+// float32, their 16-bit copies, the distance table [h, 2j - 1] float32, the
+// output and, with --check, the reference's float32 copies and output.
+void check_total_memory(const AttentionShape& s, const std::string& bias, DType dtype,
+                        bool check) {
+  const bool dense = bias == "dense";
+  const bool table = bias == "table";
+  const std::uint64_t qn = product({s.b, s.h, s.i, s.d});
+  const std::uint64_t kn = product({s.b, s.hk, s.j, s.d});
+  const std::uint64_t dn = dense ? product({s.h, s.i, s.j}) : 0;
+  // [h, 2j - 1] (no table for j = 0), in uint64: 2j - 1 fits for any int64 j.
+  const std::uint64_t table_columns = s.j > 0 ? 2 * static_cast<std::uint64_t>(s.j) - 1 : 0;
+  const std::uint64_t tn = table ? times(static_cast<std::uint64_t>(s.h), table_columns) : 0;
+  const std::uint64_t size = dtype_size(dtype);
+  const std::uint64_t float32_elements = plus(plus(qn, times(2, kn)), plus(dn, tn));
+  std::uint64_t bytes = plus(times(4, float32_elements), times(size, qn));
+  if (dtype != DType::kFloat32) bytes = plus(bytes, times(size, plus(qn, times(2, kn))));
+  if (check) bytes = plus(bytes, plus(times(4, plus(times(2, qn), times(2, kn))), times(size, qn)));
+  const std::uint64_t memory = detail::physical_memory_bytes();
+  if (memory == 0 || bytes <= memory) return;
+  throw std::length_error(
+      "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
+      shape_list({s.b, s.hk, s.j, s.d}) +
+      (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) +
+      (table ? ", distance table [" + std::to_string(s.h) + ", " +
+                   std::to_string(table_columns) + "]"
+             : std::string()) +
+      " (" +
+      dtype_name(dtype) + (check ? ", --check" : "") + ") needs " +
+      (bytes == kSaturated ? std::string("more than 1.8e+19")
+                           : "about " + number(static_cast<double>(bytes), "%.4g")) +
+      " bytes, more than this machine's " + number(static_cast<double>(memory), "%.4g") +
+      " bytes of memory");
 }
 
 int run_attention(const AttentionArgs& a, std::ostream& out) {
@@ -255,6 +287,16 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
   AttentionBias bias;
   if (!a.inputs.empty()) {
     GivenInputs in = load_inputs(a);
+    if (a.bias == "table") {
+      AttentionShape s;
+      s.b = in.q.size(0);
+      s.h = in.q.size(1);
+      s.hk = in.k.size(1);
+      s.i = in.q.size(2);
+      s.j = in.k.size(2);
+      s.d = in.q.size(3);
+      check_total_memory(s, a.bias, in.q.dtype(), a.check);
+    }
     bias = a.bias == "dense" ? AttentionBias::dense_bias(in.dense)
                              : make_bias(a, in.q.size(1), in.k.size(2), seed);
     q = in.q;
@@ -278,23 +320,34 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
     require_nonnegative("-i", s.i);
     require_nonnegative("-j", s.j);
     require_nonnegative("-d", s.d);
-    bias = make_bias(a, s.h, s.j, seed);
     // Every argument check of the library, on empty (b = 0) tensors, before
-    // anything large is allocated or drawn.
+    // anything large is allocated or drawn: first with every bias but the
+    // distance table (alibi slopes are at most kMaxHeads floats; a dense
+    // bias is probed empty), then, once the memory of the whole run is
+    // known to fit, with the table built.
     const Tensor q0 = Tensor::empty({0, s.h, s.i, s.d}, dtype);
     const Tensor kv0 = Tensor::empty({0, s.hk, s.j, s.d}, dtype);
-    const AttentionBias probe_bias =
-        a.bias == "dense"
-            ? AttentionBias::dense_bias(Tensor::empty({0, s.h, s.i, s.j}, DType::kFloat32))
-            : bias;
-    try {
-      attention_forward(q0, kv0, kv0, probe_bias, options);
-    } catch (const std::invalid_argument& e) {
-      throw_with_shapes(
-          e, shapes_text({s.b, s.h, s.i, s.d}, {s.b, s.hk, s.j, s.d}, {s.b, s.hk, s.j, s.d}));
+    const auto probe = [&](const AttentionBias& probe_bias) {
+      try {
+        attention_forward(q0, kv0, kv0, probe_bias, options);
+      } catch (const std::invalid_argument& e) {
+        throw_with_shapes(
+            e, shapes_text({s.b, s.h, s.i, s.d}, {s.b, s.hk, s.j, s.d}, {s.b, s.hk, s.j, s.d}));
+      }
+    };
+    if (a.bias == "dense") {
+      probe(AttentionBias::dense_bias(Tensor::empty({0, s.h, s.i, s.j}, DType::kFloat32)));
+    } else if (a.bias != "table") {
+      bias = make_bias(a, s.h, s.j, seed);
+      probe(bias);
+    } else {
+      probe(AttentionBias::none());
     }
-
-    check_total_memory(s, a.bias == "dense", dtype, a.check);
+    check_total_memory(s, a.bias, dtype, a.check);
+    if (a.bias == "table") {
+      bias = make_bias(a, s.h, s.j, seed);
+      probe(bias);
+    }
     AttentionInputs in = random_attention_inputs(s, a.bias == "dense", seed);
     if (a.bias == "dense") bias = AttentionBias::dense_bias(in.dense);
     q = dtype == DType::kFloat32 ? in.q : in.q.to(dtype);

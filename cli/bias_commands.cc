@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bias_plot.h"
+#include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
@@ -24,16 +25,13 @@
 
 namespace posbias::cli {
 
-// The whole string as an unsigned 64-bit seed (an optional '+' first).
+// The whole string as an unsigned 64-bit seed, by the tool's one integer
+// rule (parse_decimal: base 10, an optional '+').
 std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  if (begin != end && *begin == '+') ++begin;
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (begin == end || ec != std::errc() || ptr != end) {
-    throw std::invalid_argument("--seed must be an integer in [0, 18446744073709551615], got '" +
-                                text + "'");
+  if (parse_decimal(text, value)) {
+    throw std::invalid_argument("--seed must be an integer in [0, 18446744073709551615], got " +
+                                detail::quoted_name(text));
   }
   return value;
 }
@@ -53,7 +51,7 @@ void file_argument(const std::string& option, const std::string& path,
     io();
   } catch (const std::runtime_error& e) {
     std::string message = e.what();
-    if (message.find(path) == std::string::npos) message = "'" + path + "': " + message;
+    if (message.find(path) == std::string::npos) message = detail::quoted_name(path) + ": " + message;
     throw std::invalid_argument(option + ": " + message);
   }
 }

@@ -4,13 +4,51 @@
 #include <cstdio>
 #include <limits>
 
+#include "checks.h"  // detail::quoted_name
+
 namespace posbias::cli::golden {
 
 // ------------------------------------------------------------ field access
 
+namespace {
+
+// Appends compact JSON text of `value` to `out` until `out` holds `limit`
+// characters. Every level of nesting writes at least one character first,
+// so the recursion is at most `limit` deep, however deep the value (a case
+// nested 100,000 levels must not recurse 100,000 times: issue 19). Strings
+// and keys through detail::quoted_name (escaped, shortened).
+void append_excerpt(const json& value, std::string& out, std::size_t limit) {
+  if (out.size() >= limit) return;
+  if (value.is_string()) {
+    out += detail::quoted_name(value.get_ref<const std::string&>());
+  } else if (value.is_array() || value.is_object()) {
+    out += value.is_array() ? '[' : '{';
+    for (auto it = value.begin(); it != value.end() && out.size() < limit; ++it) {
+      if (it != value.begin()) out += ',';
+      if (value.is_object()) out += detail::quoted_name(it.key()) + ":";
+      append_excerpt(*it, out, limit);
+    }
+    if (out.size() < limit) out += value.is_array() ? ']' : '}';
+  } else {
+    out += value.dump();  // a number, true, false or null: one token
+  }
+}
+
+}  // namespace
+
 std::string describe(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  constexpr std::size_t kShown = 40;
+  std::string text;
+  append_excerpt(value, text, kShown + 1);
+  if (text.size() > kShown) {
+    text.resize(kShown - 3);
+    // Not half a UTF-8 character at the cut.
+    while (!text.empty() && (static_cast<unsigned char>(text.back()) & 0xC0) == 0x80) {
+      text.pop_back();
+    }
+    if (!text.empty() && static_cast<unsigned char>(text.back()) >= 0xC0) text.pop_back();
+    text += "...";
+  }
   return std::string(value.type_name()) + " " + text;
 }
 
@@ -127,7 +165,7 @@ std::vector<std::int64_t> get_shape(const json& c, const char* name) {
   for (std::size_t k = 0; k < value.size(); ++k) {
     const std::int64_t extent = as_int(value[k], what + "[" + std::to_string(k) + "]");
     if (extent < 0) {
-      throw MalformedCase(what + " has a negative extent: " + value.dump());
+      throw MalformedCase(what + " has a negative extent: " + describe(value));
     }
     shape.push_back(extent);
   }

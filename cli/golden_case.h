@@ -48,7 +48,9 @@ struct Expected {
 // are read through these, which throw MalformedCase saying which field is
 // wrong and how.
 
-/// The value's JSON type and its first 40 characters, for messages.
+/// The value's JSON type and its first 40 characters as compact JSON, for
+/// messages: strings escaped (detail::quoted_name), never the whole value
+/// serialised, however large or deep.
 std::string describe(const json& value);
 /// Field `name` of case `c`.
 const json& field(const json& c, const char* name);

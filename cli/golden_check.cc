@@ -1,11 +1,16 @@
 #include "golden_check.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <vector>
 
+#include "checks.h"  // detail::quoted_name
 #include "golden_case.h"
 #include "golden_kinds.h"
 
@@ -58,7 +63,7 @@ CaseResult check_case(const json& c, std::size_t index, const CheckContext& ctx)
     if (entry == nullptr) {
       result.status = CaseStatus::kSkipped;
       result.known_kind = false;
-      result.message = "unknown kind '" + result.kind + "'";
+      result.message = "unknown kind " + detail::quoted_name(result.kind);
       return result;
     }
     if (entry->check == nullptr) {
@@ -107,14 +112,55 @@ std::string GoldenReport::summary() const {
          std::to_string(skipped()) + " skipped";
 }
 
+namespace {
+
+// Thrown by the parser callback at the first value nested deeper than
+// kMaxGoldenDepth, before the parser goes further in.
+struct TooDeep {};
+
+// nlohmann's messages quote the text they stopped at ("last read: '...'",
+// "number overflow parsing '...'"), which is the file's, as it is: show it
+// through detail::quoted_name (escaped, shortened) instead.
+std::string parse_error_text(const std::string& message) {
+  const std::size_t open = message.find('\'');
+  const std::size_t close = message.rfind('\'');
+  if (open == std::string::npos || close <= open) return message;
+  return message.substr(0, open) +
+         detail::quoted_name(std::string_view(message).substr(open + 1, close - open - 1)) +
+         message.substr(close + 1);
+}
+
+std::string limit_text(std::size_t bytes) {
+  return std::to_string(bytes) + " bytes (" + std::to_string(bytes >> 20) + " MiB)";
+}
+
+}  // namespace
+
 GoldenReport check_golden_text(const std::string& json_text, const std::string& base_dir) {
+  if (json_text.size() > kMaxGoldenFileBytes) {
+    throw GoldenFileError("larger than the golden-file limit of " +
+                          limit_text(kMaxGoldenFileBytes));
+  }
   json doc;
   try {
-    doc = json::parse(json_text);
+    // The depth is bounded while parsing (the callback sees each value's
+    // depth as it starts), so that nothing later (the case checkers,
+    // describe()) meets a value nested without limit.
+    doc = json::parse(json_text, [](int depth, json::parse_event_t event, json&) {
+      if ((event == json::parse_event_t::object_start ||
+           event == json::parse_event_t::array_start) &&
+          depth >= kMaxGoldenDepth) {
+        throw TooDeep{};
+      }
+      return true;
+    });
+  } catch (const TooDeep&) {
+    throw GoldenFileError("nested deeper than the golden-file limit of " +
+                          std::to_string(kMaxGoldenDepth) + " levels of arrays and objects");
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number past double's range
     // ("1e4196"; found by fuzz/golden_fuzzer.cc).
-    throw GoldenFileError(std::string("not valid JSON: ") + e.what());
+    throw GoldenFileError("not valid JSON: " + parse_error_text(e.what()));
   }
   if (!doc.is_object()) {
     throw GoldenFileError("expected a JSON object with a \"cases\" array, got " + golden::describe(doc));
@@ -134,25 +180,43 @@ GoldenReport check_golden_text(const std::string& json_text, const std::string& 
 
 GoldenReport check_golden_file(const std::string& path) {
   namespace fs = std::filesystem;
+  const std::string shown = detail::quoted_name(path);
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    throw GoldenFileError("cannot read '" + path + "': it is a directory");
+    throw GoldenFileError("cannot read " + shown + ": it is a directory");
+  }
+  const auto too_large = [&] {
+    return GoldenFileError(shown + ": larger than the golden-file limit of " +
+                           limit_text(kMaxGoldenFileBytes));
+  };
+  // A regular file is judged by its size before it is read; anything else
+  // (a device such as /dev/zero, a pipe) is read up to the limit + 1 byte.
+  const auto status = fs::status(path, ec);
+  if (!ec && fs::is_regular_file(status)) {
+    const auto size = fs::file_size(path, ec);
+    if (!ec && size > kMaxGoldenFileBytes) throw too_large();
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw GoldenFileError("cannot read '" + path + "': " + std::strerror(errno));
+    throw GoldenFileError("cannot read " + shown + ": " + std::strerror(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text;
+  std::vector<char> chunk(std::size_t{1} << 16);
+  while (in && text.size() <= kMaxGoldenFileBytes) {
+    in.read(chunk.data(), static_cast<std::streamsize>(
+                              std::min(chunk.size(), kMaxGoldenFileBytes + 1 - text.size())));
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  }
   if (in.bad()) {
-    throw GoldenFileError("cannot read '" + path + "': read error");
+    throw GoldenFileError("cannot read " + shown + ": read error");
   }
+  if (text.size() > kMaxGoldenFileBytes) throw too_large();
   std::string base_dir = fs::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";  // "golden.json": beside it is here
   try {
-    return check_golden_text(text.str(), base_dir);
+    return check_golden_text(text, base_dir);
   } catch (const GoldenFileError& e) {
-    throw GoldenFileError("'" + path + "': " + e.what());
+    throw GoldenFileError(shown + ": " + e.what());
   }
 }
 

@@ -60,8 +60,20 @@ struct GoldenReport {
   std::string summary() const;
 };
 
+/// Golden files larger than this are refused before they are parsed (and
+/// read no further than this + 1 byte: a device such as /dev/zero or a pipe
+/// ends there). The project's golden files are about 90 KB.
+constexpr std::size_t kMaxGoldenFileBytes = std::size_t{64} << 20;  // 64 MiB
+
+/// Arrays and objects nested deeper than this are refused while the file
+/// is parsed, before anything recurses into them. The format needs 7
+/// levels (file, cases, case, params, tensor, shape/data, ...).
+constexpr int kMaxGoldenDepth = 64;
+
 /// The file cannot be read, is not JSON, or is not an object with a "cases"
-/// array. (A malformed *case* is not this error: it is a failed case.)
+/// array; or it is past kMaxGoldenFileBytes or kMaxGoldenDepth. The message
+/// names the file (quoted and escaped) and the limit. (A malformed *case* is
+/// not this error: it is a failed case.)
 class GoldenFileError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <system_error>
+
+#include "checks.h"  // detail::quoted_name
 
 namespace posbias::cli {
 namespace {
@@ -23,11 +26,26 @@ std::optional<std::string> parse_float_item(const std::string& item, float& valu
 }
 
 std::optional<std::string> parse_int64_item(const std::string& item, std::int64_t& value) {
-  const char* begin = item.data();
-  const char* end = item.data() + item.size();
+  return parse_decimal(item, value);
+}
+
+// The whole of `text` as a base-10 integer of type T (see parse_decimal in
+// options.h).
+template <typename T>
+std::optional<std::string> parse_decimal_as(const std::string& text, T& value,
+                                            const char* range_error) {
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
   if (begin != end && *begin == '+') ++begin;
+  // from_chars reads base 10 only, so "0x10" would stop at the 'x': name the
+  // prefix instead of calling it "not an integer".
+  const char* digits = begin != end && *begin == '-' ? begin + 1 : begin;
+  if (end - digits >= 2 && digits[0] == '0' &&
+      std::string_view("xXbBoO").find(digits[1]) != std::string_view::npos) {
+    return "is not a base-10 integer (0x, 0b and 0o prefixes are not accepted)";
+  }
   const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec == std::errc::result_out_of_range) return "does not fit in a 64-bit integer";
+  if (ec == std::errc::result_out_of_range && ptr == end) return range_error;
   if (ec != std::errc() || ptr != end || begin == end) return "is not an integer";
   return std::nullopt;
 }
@@ -47,10 +65,10 @@ CLI::Option* add_list_option(CLI::App& sub, const std::string& name, std::vector
             const std::size_t comma = std::min(argument.find(',', start), argument.size());
             const std::string item = argument.substr(start, comma - start);
             const bool one_item = start == 0 && comma == argument.size();
-            const std::string where = one_item
-                                          ? "'" + item + "'"
-                                          : "item " + std::to_string(n) + " of '" + argument + "'" +
-                                                (item.empty() ? "" : " ('" + item + "')");
+            const std::string where =
+                one_item ? detail::quoted_name(item)
+                         : "item " + std::to_string(n) + " of " + detail::quoted_name(argument) +
+                               (item.empty() ? "" : " (" + detail::quoted_name(item) + ")");
             if (item.empty()) throw CLI::ValidationError(name, where + " is empty");
             T value{};
             if (const auto error = parse(item, value)) {
@@ -96,18 +114,24 @@ void refuse_empty_values(CLI::App& app) {
   }
 }
 
-const CLI::Validator& int64_in_range() {
+std::optional<std::string> parse_decimal(const std::string& text, std::int64_t& value) {
+  return parse_decimal_as(text, value, "does not fit in a 64-bit integer");
+}
+
+std::optional<std::string> parse_decimal(const std::string& text, std::uint64_t& value) {
+  return parse_decimal_as(text, value, "does not fit in an unsigned 64-bit integer");
+}
+
+const CLI::Validator& decimal_int64() {
   static const CLI::Validator validator(
       [](std::string& text) -> std::string {
+        if (text.empty()) return "";  // non_empty_value() names that
         std::int64_t value = 0;
-        const char* begin = text.data();
-        const char* end = text.data() + text.size();
-        if (begin != end && *begin == '+') ++begin;
-        const auto result = std::from_chars(begin, end, value);
-        if (result.ec == std::errc::result_out_of_range) {
-          return text + " does not fit in a 64-bit integer";
+        if (const auto error = parse_decimal(text, value)) {
+          return detail::quoted_name(text) + " " + *error;
         }
-        return "";  // anything else is CLI11's conversion to judge
+        text = std::to_string(value);  // what CLI11 converts: plain decimal
+        return "";
       },
       "");
   return validator;

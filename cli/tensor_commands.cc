@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bias_plot.h"
+#include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "posbias/alibi.h"
 #include "posbias/dtype.h"
@@ -27,14 +28,11 @@ constexpr const char* kFormatHelp =
     "text: like print(tensor) in PyTorch; json: {\"shape\": [...], \"data\": "
     "[...]}, row-major, every value, exact";
 
-// The number after an optional sign, whole string; nullopt if it is not one.
+// The whole string by the tool's one integer rule (parse_decimal); nullopt
+// if it is not one.
 std::optional<std::int64_t> parse_int64(const std::string& text) {
   std::int64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  if (begin != end && *begin == '+') ++begin;
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || ptr != end || begin == end) return std::nullopt;
+  if (parse_decimal(text, value)) return std::nullopt;
   return value;
 }
 
@@ -46,8 +44,9 @@ std::pair<std::int64_t, std::int64_t> parse_head_range(const std::string& text) 
     const auto h1 = parse_int64(text.substr(colon + 1));
     if (h0 && h1) return {*h0, *h1};
   }
-  throw std::invalid_argument("--range must be H0:H1 (two integers, heads [H0, H1)), got '" + text +
-                              "'");
+  throw std::invalid_argument(
+      "--range must be H0:H1 (two base-10 integers, heads [H0, H1)), got " +
+      detail::quoted_name(text));
 }
 
 CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {

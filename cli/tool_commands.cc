@@ -37,8 +37,8 @@ Command add_demo_command(CLI::App& app) {
   add_int64_option(*sub, "--length", args->options.attention_length,
                    "Sequence length of the attention comparison (64..65536)")
       ->default_str(std::to_string(args->options.attention_length));
-  sub->add_option("--repetitions", args->options.repetitions,
-                  "Timed runs per attention variant (1..20); the median is shown")
+  add_int64_option(*sub, "--repetitions", args->options.repetitions,
+                   "Timed runs per attention variant (1..20); the median is shown")
       ->default_str(std::to_string(args->options.repetitions));
   sub->add_option("--progress", args->progress,
                   "Progress bar on stderr: auto (when stderr is a terminal), always or never")

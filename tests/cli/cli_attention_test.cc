@@ -278,7 +278,7 @@ TEST(Cli, AttentionGivenInputs) {
   TempFile no_v;
   save_safetensors(no_v.path(), {{"q", in.q}, {"k", in.k}});
   expect_bad_argument({"attention", "--inputs", no_v.path()},
-                      "--inputs: '" + no_v.path() + "' has no tensor 'v'");
+                      "--inputs: \"" + no_v.path() + "\" has no tensor 'v'");
   expect_bad_argument({"attention", "--inputs", file.path(), "--bias", "dense", "--heads", "4"},
                       "excludes");
   TempFile flat;

@@ -53,7 +53,7 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "FAIL case 2 (alibi_positional_bias): call 1 (i = 1, j = 4): shape [1, 1, 4], "
       "expected [1, 1, 5]",
       "FAIL case 3 (alibi_bias): element [0, 0, 1, 0] (flat 3): got -0.2, expected -0.3",
-      "skip case 4: unknown kind 'rope_frequencies'",
+      "skip case 4: unknown kind \"rope_frequencies\"",
       "FAIL case 5 (attention): attention_forward: element [0, 0, 0, 1] (flat 1): got 2, "
       "expected 2.5; attention_reference: element [0, 0, 0, 1] (flat 1): got 2, expected 2.5",
       "FAIL case 6 (alibi_slopes): malformed case: missing field 'heads'",
@@ -74,7 +74,7 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "FAIL case 19 (dynamic_position_bias_file): error: cannot open safetensors file '" +
           std::string(POSBIAS_CLI_TEST_DATA) + "/missing.safetensors': No such file or directory",
       "FAIL case 20 (dynamic_position_bias): malformed case: layers[0]: expected a 'linear' "
-      "layer, got 'silu'",
+      "layer, got \"silu\"",
       "FAIL case 23 (attention): malformed case: field 'bias': field 'type' must be \"none\", "
       "\"alibi\" or \"distance_table\", got \"rope\"",
       "FAIL case 24 (attention): malformed case: field 'q' must have 4 dimensions [b, h, i, d], "

@@ -230,9 +230,9 @@ TEST(GoldenCheck, DpbMalformedOrRefusedCases) {
        "\"lucidrains\""},
       {edited(zeta, [](json& c) { c.erase("params"); }), "malformed case: missing field 'params'"},
       {edited(zeta, [](json& c) { c["params"]["mlp.0.bias"] = 3; }),
-       "malformed case: params 'mlp.0.bias': must be an object with 'shape' and 'data'"},
+       "malformed case: params \"mlp.0.bias\": must be an object with 'shape' and 'data'"},
       {edited(zeta, [](json& c) { c["params"]["mlp.0.bias"]["shape"] = {3}; }),
-       "malformed case: params 'mlp.0.bias': field 'shape' [3] holds 3 elements but 'data' has 2"},
+       "malformed case: params \"mlp.0.bias\": field 'shape' [3] holds 3 elements but 'data' has 2"},
       {edited(zeta, [](json& c) { c.erase("calls"); }), "malformed case: missing field 'calls'"},
       {edited(zeta, [](json& c) { c["calls"] = json::array(); }),
        "malformed case: field 'calls' is empty: the case would check nothing"},
@@ -247,7 +247,7 @@ TEST(GoldenCheck, DpbMalformedOrRefusedCases) {
               [](json& c) {
                 c["grad"]["param_grads"]["mlp.6.bias"] = c["grad"]["param_grads"]["mlp.4.bias"];
               }),
-       "malformed case: field 'grad': 'param_grads' has 'mlp.6.bias', which is not a parameter"},
+       "malformed case: field 'grad': 'param_grads' has \"mlp.6.bias\", which is not a parameter"},
       {edited(xt, [](json& c) { c["layers"].erase(c["layers"].size() - 1); }),
        "malformed case: field 'layers' has 6 layers; depth 2 with norm needs 7 (linear, "
        "layernorm, silu per block, then linear)"},
@@ -257,7 +257,7 @@ TEST(GoldenCheck, DpbMalformedOrRefusedCases) {
        "malformed case: field 'layers' has 7 layers; depth 4000000000000000000 with norm needs "
        "more"},
       {edited(xt, [](json& c) { std::swap(c["layers"][1], c["layers"][2]); }),
-       "malformed case: layers[1]: expected a 'layernorm' layer, got 'silu'"},
+       "malformed case: layers[1]: expected a 'layernorm' layer, got \"silu\""},
       {edited(xt, [](json& c) { c["layers"][4]["eps"] = 1e-6; }),
        "malformed case: layers[4]: eps 1e-06 differs from the first LayerNorm's"},
       {edited(xt, [](json& c) { c["layers"][0].erase("bias"); }),

@@ -153,7 +153,7 @@ TEST(GoldenCheck, UnknownKindIsSkippedAndSaysSo) {
   const CaseResult c = only_case(R"({"kind": "alibi_slopez", "heads": 1, "slopes": [1]})");
   EXPECT_EQ(c.status, CaseStatus::kSkipped);
   EXPECT_FALSE(c.known_kind);
-  EXPECT_EQ(c.message, "unknown kind 'alibi_slopez'");
+  EXPECT_EQ(c.message, "unknown kind \"alibi_slopez\"");
 }
 
 TEST(GoldenCheck, PendingKindsAreSkipped) {
