@@ -1,6 +1,6 @@
 """PyTorch peer for `posbias bench alibi`: the AlibiPositionalBias forward as
 x-transformers / zeta compute it (arange, abs, multiply by the slopes, pad the
-zero heads), written here from SPEC.md. Prints one JSON line (ms):
+zero heads), written here from docs/spec.md. Prints one JSON line (ms):
 
   module_ms  the module's forward: a new [total_heads, i, j] tensor each call
              (compare with posbias's allocating forward())

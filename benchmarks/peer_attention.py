@@ -1,6 +1,6 @@
 """PyTorch peer for `posbias bench attention`: attention with a materialised
 ALiBi bias the way x-transformers computes it (scores = q k^T * scale + bias,
-causal mask, softmax, product with v), written here from SPEC.md. Prints one
+causal mask, softmax, product with v), written here from docs/spec.md. Prints one
 JSON line with the median milliseconds.
 
 Usage: python3 peer_attention.py --heads 16 -n 2048 -d 64 --causal --reps 3

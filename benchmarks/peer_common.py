@@ -1,4 +1,4 @@
-"""Shared by the PyTorch peers: the ALiBi slope schedule of SPEC.md, written
+"""Shared by the PyTorch peers: the ALiBi slope schedule of docs/spec.md, written
 the way the paper's reference code computes it, and the timing helper."""
 import math
 import statistics

@@ -1,6 +1,6 @@
 """PyTorch peer for `posbias bench dpb`: zeta's DynamicPositionBias forward
 (MLP on the j distances, gather by |q - k|, rearrange to [heads, i, j]) and
-its autograd backward, written here from SPEC.md. Prints one JSON line (ms):
+its autograd backward, written here from docs/spec.md. Prints one JSON line (ms):
 
   forward_module_ms    the module's forward: a new [heads, i, j] tensor each
                        call (compare with posbias's allocating forward())

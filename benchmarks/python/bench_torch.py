@@ -4,7 +4,7 @@ Cases (issue 5): the ALiBi module at h 16, i = j = 4096; DynamicPositionBias
 (dim 64, heads 8) forward at i = j = 4096 and forward + backward at 2048 (as
 `posbias bench dpb`); the attention op at h 16, i = j = 2048, d 64, causal
 ALiBi, forward and forward + backward. The PyTorch reference of each case is
-the plain formulation written here from SPEC.md (materialised bias, autograd).
+the plain formulation written here from docs/spec.md (materialised bias, autograd).
 
 Prints a table (medians in ms, ratio = PyTorch / posbias, > 1 means posbias is
 faster) and the same as JSON (stdout, or --json FILE).

@@ -31,7 +31,7 @@ def torch_attention(q, k, v, bias="none", slopes=None, table=None, causal=True):
     """The plain PyTorch attention: out = softmax(q k^T / sqrt(d) + bias, causal mask) v.
 
     q [b, h, i, d], k and v [b, h, j, d]; queries are the last i of the j positions
-    (SPEC.md), so query row r sits at q_r = j - i + r and the distance to key c is q_r - c.
+    (docs/spec.md), so query row r sits at q_r = j - i + r and the distance to key c is q_r - c.
     """
     i, j, d = q.shape[-2], k.shape[-2], q.shape[-1]
     scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
@@ -62,7 +62,7 @@ ATTENTION_FUNCTIONS = {"torch": torch_attention, "posbias": posbias_attention}
 
 
 def alibi_slopes(heads):
-    """ALiBi slopes (SPEC.md): 2^(-8 (h+1) / n) for a power of two n, else the interleaved
+    """ALiBi slopes (docs/spec.md): 2^(-8 (h+1) / n) for a power of two n, else the interleaved
     schedule. Computed here in double; the posbias op's alibi_slopes gives the same float32."""
     def power_of_two(n):
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -100,7 +100,7 @@ class AlibiScheme(nn.Module):
 
 
 class DpbScheme(nn.Module):
-    """DynamicPositionBias(dim, heads) of zeta / SPEC.md: MLP(distance) -> per-head bias."""
+    """DynamicPositionBias(dim, heads) of zeta / docs/spec.md: MLP(distance) -> per-head bias."""
 
     def __init__(self, dim, heads):
         super().__init__()

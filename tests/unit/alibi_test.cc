@@ -28,7 +28,7 @@ using test::expect_throw_with;
 using test::golden_dir;
 using test::round_to;
 
-// The naive reference, straight from SPEC.md: q_r = j - i + r,
+// The naive reference, straight from docs/spec.md: q_r = j - i + r,
 // bias = -m * |c - q_r| (+0.0 at distance 0), zero heads after `slopes`.
 std::vector<float> naive_alibi(const std::vector<float>& slopes, std::int64_t total, std::int64_t i,
                                std::int64_t j) {

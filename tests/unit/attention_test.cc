@@ -1,5 +1,5 @@
 // Attention with a positional bias: attention_reference against a naive
-// double-precision transcription of SPEC.md, the fused kernel against
+// double-precision transcription of docs/spec.md, the fused kernel against
 // attention_reference over many shapes on every instruction set Highway
 // compiled, the golden PyTorch vectors, bad input and NaN containment.
 #include "posbias/attention.h"
@@ -74,7 +74,7 @@ void expect_attention_close(const Tensor& got, const Tensor& want, const std::st
   expect_close(got.to_float_vector(), want.to_float_vector(), what, 1e-5, rtol);
 }
 
-// SPEC.md "Attention with a positional bias", literally, in double: the full
+// docs/spec.md "Attention with a positional bias", literally, in double: the full
 // [i, j] bias matrix per (b, h), masked softmax, product.
 std::vector<float> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const AttentionBias& bias, const AttentionOptions& opt) {
@@ -421,7 +421,7 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
   }
 }
 
-// The fused kernel against the naive transcription of SPEC.md directly (not
+// The fused kernel against the naive transcription of docs/spec.md directly (not
 // through attention_reference, which shares the argument checks and the
 // dense-bias broadcast strides with the kernel), on the best instruction set:
 // grouped-query decode (one task reads a kv head for several query heads),

@@ -1,6 +1,6 @@
 // Helpers shared by the DynamicPositionBias tests (dpb_*_test.cc): the
 // golden tolerance, option builders, and a double-precision reference of
-// the MLP of SPEC.md (forward and backward) with the naive bias and naive
+// the MLP of docs/spec.md (forward and backward) with the naive bias and naive
 // gradients built from it.
 #ifndef POSBIAS_TESTS_UNIT_DPB_REFERENCE_H_
 #define POSBIAS_TESTS_UNIT_DPB_REFERENCE_H_
@@ -111,7 +111,7 @@ inline void randomise_norms(DynamicPositionBias& m, std::uint64_t seed) {
 
 // ------------------------------------------------ naive reference (double)
 
-// The MLP of SPEC.md evaluated in double, one input at a time, from the
+// The MLP of docs/spec.md evaluated in double, one input at a time, from the
 // module's parameters (names written out here independently of the library).
 class RefMlp {
  public:
@@ -281,7 +281,7 @@ class RefMlp {
   std::vector<std::vector<double>> w_, b_, g_, beta_;
 };
 
-// bias[h][r][c] in double, straight from SPEC.md: q_r = j - i + r, the MLP at
+// bias[h][r][c] in double, straight from docs/spec.md: q_r = j - i + r, the MLP at
 // |q_r - c| (zeta) or at q_r - c (x-transformers).
 inline std::vector<double> naive_bias(const RefMlp& ref, std::int64_t heads, std::int64_t i,
                                       std::int64_t j) {

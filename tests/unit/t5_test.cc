@@ -65,7 +65,7 @@ std::int64_t reference_bucket(std::int64_t relative_position, bool causal, std::
   return ret + val_if_large;
 }
 
-// Straight from SPEC.md: q_r = j - i + r, bias = E[bucket(c - q_r)][h] * scale.
+// Straight from docs/spec.md: q_r = j - i + r, bias = E[bucket(c - q_r)][h] * scale.
 std::vector<float> naive_forward(const RelativePositionBias& m, std::int64_t i, std::int64_t j,
                                  DType dtype) {
   const std::vector<float> e = m.embedding().to_float_vector();
