@@ -11,6 +11,8 @@
 // hung the checker). Cases name
 // files by relative path beside base_dir (the committed golden folder); an
 // input naming a path with '/' or '\' is skipped, so nothing outside it is read.
+// Input nested past kMaxGoldenDepth (JSON 100,000 levels deep crashed the
+// checker: issue 19) is never skipped: the checker must refuse it at once.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -67,6 +69,18 @@ bool acceptable(const nlohmann::json& v, const std::string& key) {
   return true;
 }
 
+// Messages quote what they show through bounded excerpts (describe(),
+// detail::quoted_name): no input, however large, makes a long one.
+constexpr std::size_t kMaxMessageBytes = 4096;
+
+void check_message_size(const std::string& message) {
+  if (message.size() > kMaxMessageBytes) {
+    std::fprintf(stderr, "golden fuzzer: a message of %zu bytes: %.200s...\n", message.size(),
+                 message.c_str());
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) { return 0; }
@@ -74,9 +88,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) { return 0; }
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   // The cap, judged on the JSON as nlohmann reads it (the checker's parser);
-  // text that is not JSON goes to the checker as it is.
-  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_discarded() && !acceptable(parsed, "")) return -1;  // not added to the corpus
+  // text that is not JSON, or nested past the checker's depth limit (which
+  // it must refuse at once, however deep: issue 19), goes to the checker as
+  // it is. Values past that depth are discarded here, so that acceptable()
+  // recurses at most kMaxGoldenDepth levels.
+  bool too_deep = false;
+  const nlohmann::json parsed = nlohmann::json::parse(
+      text,
+      [&too_deep](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        if ((event == nlohmann::json::parse_event_t::object_start ||
+             event == nlohmann::json::parse_event_t::array_start) &&
+            depth >= posbias::cli::kMaxGoldenDepth) {
+          too_deep = true;
+          return false;
+        }
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (!too_deep && !parsed.is_discarded() && !acceptable(parsed, "")) return -1;
   try {
     const posbias::cli::GoldenReport report =
         posbias::cli::check_golden_text(text, POSBIAS_SOURCE_DIR "/tests/data/golden");
@@ -91,8 +120,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      c.kind.c_str());
         std::abort();
       }
+      check_message_size(c.message);
     }
-  } catch (const posbias::cli::GoldenFileError&) {
+  } catch (const posbias::cli::GoldenFileError& e) {
+    check_message_size(e.what());
   }
   return 0;
 }
