@@ -171,6 +171,7 @@ TEST(Limits, DpbMlpScratchThatFailsToAllocateIsALengthError) {
   const std::function<void()> forward = [&] { detail::dpb_mlp_forward(k, x.data(), n, y.data(), n); };
   const std::function<void()> backward = [&] { detail::dpb_mlp_backward(k, x.data(), n, g.data(), n, grads); };
 
+  const int max_threads = omp_get_max_threads();
   // Every allocation refused: the packed weights, the first buffer.
   k.scratch.alloc = refuse;
   for (int threads : {1, 2}) {
@@ -192,14 +193,14 @@ TEST(Limits, DpbMlpScratchThatFailsToAllocateIsALengthError) {
   omp_set_num_threads(1);
   expect_throw_with<std::length_error>(backward, "the DynamicPositionBias MLP's gradient accumulator");
   omp_set_num_threads(2);
-  left = 3;  // one thread's succeed, the other thread's fail
+  left = 3;  // the first slot's three buffers succeed, a later slot's fail
   expect_throw_with<std::length_error>(backward, "could not allocate");
   left = 1;
   expect_throw_with<std::length_error>(forward, "could not allocate");
   // And with memory to spare the same calls work.
   k.scratch = {};
   for (const auto& call : {forward_serial, forward, backward}) EXPECT_NO_THROW(call());
-  omp_set_num_threads(omp_get_num_procs());
+  omp_set_num_threads(max_threads);
 }
 
 // A kernel whose one-thread working memory cannot fit is refused before
@@ -224,6 +225,7 @@ TEST(Limits, DpbMlpScratchPastMemoryIsRefusedBeforeAllocating) {
 // An error inside the threaded tile loop of the table expansion (where the
 // DPB MLP runs per tile) reaches the caller instead of std::terminate.
 TEST(Limits, ErrorsOnTheExpansionThreadsReachTheCaller) {
+  const int max_threads = omp_get_max_threads();
   omp_set_num_threads(2);
   const std::int64_t cols = kMillion;  // 4 MB out, one row: the tile path
   std::vector<float> out(static_cast<std::size_t>(cols));
@@ -237,7 +239,7 @@ TEST(Limits, ErrorsOnTheExpansionThreadsReachTheCaller) {
         detail::expand_generated_table(1, 1, cols, DType::kFloat32, out.data(), false, fill);
       },
       "could not allocate 123 bytes for a test's tile");
-  omp_set_num_threads(omp_get_num_procs());
+  omp_set_num_threads(max_threads);
 }
 
 // Run by ctest under `ulimit -v 4000000` (4 GB of address space), as the
