@@ -17,8 +17,10 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "checks.h"  // detail::quoted_name
 #include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "golden_check.h"
@@ -31,12 +33,32 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-// One line on stderr, whatever the message holds.
-int report_error(std::ostream& err, std::string message, int exit_code) {
-  for (char& ch : message) {
-    if (ch == '\n' || ch == '\r') ch = ' ';
+// An error line longer than this is cut (messages quote user values through
+// detail::quoted_name, which shortens them; this is the guard for text that
+// reaches a message otherwise, such as CLI11 echoing an unexpected argument).
+constexpr std::size_t kMaxErrorBytes = 2000;
+
+// One short line on stderr, whatever the message holds: line breaks become
+// spaces, other control bytes are escaped as detail::quoted_name escapes
+// them ("\u001b"), and the line stops after kMaxErrorBytes.
+int report_error(std::ostream& err, const std::string& text, int exit_code) {
+  std::string message;
+  for (const char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (ch == '\n' || ch == '\r') {
+      message += ' ';
+    } else if (byte < 0x20 || byte == 0x7F) {
+      const std::string quoted = detail::quoted_name(std::string_view(&ch, 1));
+      message += quoted.substr(1, quoted.size() - 2);  // without the quotes
+    } else {
+      message += ch;
+    }
   }
   while (!message.empty() && message.back() == ' ') message.pop_back();
+  if (message.size() > kMaxErrorBytes) {
+    message = message.substr(0, kMaxErrorBytes) + "... (" + std::to_string(message.size()) +
+              " bytes)";
+  }
   err << "posbias: error: " << message << std::endl;
   return exit_code;
 }

@@ -69,7 +69,8 @@ Command add_check_golden_command(CLI::App& app) {
                   "The format is tests/data/golden/README.md. Prints one line per failing case,\n"
                   "then 'N passed, M failed, K skipped' (skipped: kinds this build does not\n"
                   "check yet, and unknown kinds). Exit code 1 if a case failed, 2 if the file\n"
-                  "cannot be read or is not a golden file.");
+                  "cannot be read or is not a golden file (also: past 64 MiB, or JSON nested\n"
+                  "past 64 levels).");
   sub->add_option("file", *file, "The golden file, e.g. tests/data/golden/golden.json")->required();
   return {sub, [file](std::ostream& out) {
             const GoldenReport report = check_golden_file(*file);

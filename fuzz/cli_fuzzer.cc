@@ -1,7 +1,8 @@
 // Fuzzes the command line: posbias::cli::run(argc, argv, out, err) on argv
 // words split from the input (at whitespace and NUL bytes) must return 0, 1
 // or 2 and never crash, hang, leak or throw; exit code 2 comes with exactly
-// one line "posbias: error: ..." on err.
+// one line "posbias: error: ..." on err, at most 4 KiB, with no control
+// byte in it (values the tool echoes are escaped).
 //
 // Limits, so that the fuzzer explores argument handling instead of the
 // allocator or the clock:
@@ -134,6 +135,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string e = err.str();
     if (e.rfind("posbias: error: ", 0) != 0 || e.find('\n') != e.size() - 1) {
       std::fprintf(stderr, "cli fuzzer: exit code 2 without one error line: [%s]\n", e.c_str());
+      std::abort();
+    }
+    // Short, and no control byte (the words may hold any but whitespace):
+    // values echoed in messages are escaped (issue 19).
+    for (std::size_t k = 0; k + 1 < e.size(); ++k) {
+      const auto byte = static_cast<unsigned char>(e[k]);
+      if (byte < 0x20 || byte == 0x7F) {
+        std::fprintf(stderr, "cli fuzzer: control byte 0x%02x at %zu of the error line: [%s]\n",
+                     byte, k, e.c_str());
+        std::abort();
+      }
+    }
+    if (e.size() > 4096) {
+      std::fprintf(stderr, "cli fuzzer: an error line of %zu bytes\n", e.size());
       std::abort();
     }
   }

@@ -194,6 +194,12 @@ TEST(CliHostileInput, OddNamesAndValuesAreEscapedAndShort) {
   EXPECT_NE(long_value.err.find("(100000 bytes) does not fit in a 64-bit integer"),
             std::string::npos)
       << long_value.err.substr(0, 400);
+  // An argument CLI11 echoes as it is ("not expected"): escaped, cut.
+  expect_bad_argument({"slopes", "--heads", "2", "\x1b[2Jextra\x7f"}, "\\u001b[2Jextra\\u007f");
+  const ProcessResult long_extra = run_posbias({"slopes", "--heads", "2", std::string(100000, 'e')});
+  EXPECT_EQ(long_extra.exit_code, 2);
+  EXPECT_LT(long_extra.err.size(), 2100u);
+  EXPECT_NE(long_extra.err.find("... ("), std::string::npos) << long_extra.err.substr(0, 200);
   // A JSON syntax error inside a string of control bytes: the excerpt
   // nlohmann quotes is escaped.
   TempFile bad;
