@@ -64,7 +64,9 @@ class DynamicPositionBias(nn.Module):
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
         j = _checks.check_int("DynamicPositionBias.distance_table: j", j)
         # One core call (and one for the backward); float32, bfloat16 or float16.
-        return torch.ops.posbias.dpb_distance_table(self._params(), j, "zeta", False, False, 1e-5)
+        params = self._params()
+        _checks.check_tensor("DynamicPositionBias: mlp.0.weight", params[0])  # CPU-only
+        return torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
 
     def forward(self, i, j):
         i = _checks.check_int("DynamicPositionBias: i", i, minimum=0)

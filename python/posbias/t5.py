@@ -42,6 +42,8 @@ class RelativePositionBias(nn.Module):
 
     def distance_table(self, j):
         j = _checks.check_int("RelativePositionBias.distance_table: j", j)
+        _checks.check_tensor("RelativePositionBias: relative_attention_bias.weight",
+                             self.relative_attention_bias.weight)  # CPU-only
         return torch.ops.posbias.t5_distance_table(self.relative_attention_bias.weight, j,
                                                    self.causal, self.num_buckets,
                                                    self.max_distance, self.scale)

@@ -79,6 +79,17 @@ def test_attention_device():
         posbias.attention(meta, k, v)
 
 
+def test_module_device():
+    """posbias is CPU-only: a module moved to another device says so (meta
+    stands in for CUDA, which this machine does not have)."""
+    m = posbias.DynamicPositionBias(4, 2).to("meta")
+    with pytest.raises(ValueError, match="is on meta; the posbias ops run on the CPU"):
+        m(2, 3)
+    t5 = posbias.RelativePositionBias(scale=1.0, heads=2).to("meta")
+    with pytest.raises(ValueError, match="is on meta; the posbias ops run on the CPU"):
+        t5.distance_table(3)
+
+
 def test_op_level_errors_are_value_errors():
     """Called directly (no Python checks), the op refuses too: the core's
     std::invalid_argument arrives as ValueError with the core's message (it was
