@@ -3,7 +3,8 @@
 // `init + sum_k a_k w_k` with fused multiply-adds in increasing k, whatever
 // tile its row falls in (Tile4 or Tile1), which is what makes a row's value
 // independent of its neighbours. Everything here is inline; only dpb_mlp.cc
-// includes it.
+// includes it. Names are unique across src/kernels (every kernel file shares
+// HWY_NAMESPACE; a clash of inline members is an ODR violation).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_DPB_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -21,10 +22,7 @@ HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Names are unique across src/kernels (every kernel file shares
-// HWY_NAMESPACE; a clash of inline members is an ODR violation).
-using DF = hn::ScalableTag<float>;
+using DF = hn::ScalableTag<float>;  // the kernels of dpb_mlp.cc use these too
 using VF = hn::Vec<DF>;
 
 enum class Init { kZero, kBias, kAccumulate };
