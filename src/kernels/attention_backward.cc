@@ -46,10 +46,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/float_store.h"
+#include "kernels/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -74,7 +76,7 @@ struct AttentionBwdWork {
         ds(Alloc(bq * bkp)),
         row(Alloc(dp)) {}
   static hwy::AlignedFreeUniquePtr<float[]> Alloc(std::int64_t count) {
-    return hwy::AllocateAligned<float>(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)));
+    return allocate_scratch<float>(count, "the attention backward's per-thread buffers");
   }
 };
 
@@ -270,11 +272,12 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
   sh.nkb = (p.j + sh.bk - 1) / sh.bk;
   sh.jp = sh.nkb * sh.bk + n;
   sh.rlen = 2 * p.j - 1 + sh.bkp + n;  // window reads run at most one padded block past
-  std::vector<float> dkf(static_cast<std::size_t>(bh * p.j * sh.dp), 0.0f);
-  std::vector<float> dvf(static_cast<std::size_t>(bh * p.j * sh.dp), 0.0f);
-  std::vector<float> dtab, dslope;
-  if (p.dtable) dtab.assign(static_cast<std::size_t>(bh * sh.rlen), 0.0f);
-  if (p.dslopes) dslope.assign(static_cast<std::size_t>(bh), 0.0f);
+  const char* what = "the attention backward's per-head gradients";
+  std::vector<float> dkf, dvf, dtab, dslope;
+  resize_scratch(dkf, bh * p.j * sh.dp, what, 0.0f);
+  resize_scratch(dvf, bh * p.j * sh.dp, what, 0.0f);
+  if (p.dtable) resize_scratch(dtab, bh * sh.rlen, what, 0.0f);
+  if (p.dslopes) resize_scratch(dslope, bh, what, 0.0f);
   sh.dkf = dkf.data();
   sh.dvf = dvf.data();
   sh.dtab = p.dtable ? dtab.data() : nullptr;
@@ -286,12 +289,21 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
                        static_cast<double>(p.d);
   const bool parallel = bh > 1 && threads > 1 && flops >= 65536.0;
   if (p.i > 0 && bh > 0) {
+    // A failed allocation on a thread is rethrown after the region; every
+    // thread still meets the loop.
+    ThreadErrors errors;
 #pragma omp parallel if (parallel)
     {
-      AttentionBwdWork w(p.i, sh.jp, p.d, sh.dp, sh.bq, sh.bkp);
+      std::unique_ptr<AttentionBwdWork> work;
+      errors.run([&] {
+        work = std::make_unique<AttentionBwdWork>(p.i, sh.jp, p.d, sh.dp, sh.bq, sh.bkp);
+      });
 #pragma omp for schedule(dynamic, 1)
-      for (std::int64_t t = 0; t < bh; ++t) BwdTask(p, sh, t / p.h, t % p.h, w);
+      for (std::int64_t t = 0; t < bh; ++t) {
+        if (!errors.failed()) BwdTask(p, sh, t / p.h, t % p.h, *work);
+      }
     }
+    errors.rethrow();
   }
   ReduceKeyValueGrads(p, sh, parallel);
   ReduceBiasGrads(p, sh);

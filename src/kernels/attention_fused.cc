@@ -55,11 +55,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/float_store.h"
+#include "kernels/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -103,17 +105,18 @@ struct AttentionWork {
   std::vector<std::int64_t> lim;
   AttentionHeadPack pack;
   AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
-      : row(hwy::AllocateAligned<float>(static_cast<std::size_t>(d))),
-        q(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * d))),
-        kt(hwy::AllocateAligned<float>(static_cast<std::size_t>(d * bkp))),
-        v(hwy::AllocateAligned<float>(static_cast<std::size_t>(bkp * dp))),
-        s(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * bkp))),
-        o(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq * dp))),
-        m(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
-        l(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
-        alpha(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
-        alibi_off(hwy::AllocateAligned<float>(static_cast<std::size_t>(bq))),
+      : row(allocate_scratch<float>(d, kWhat)),
+        q(allocate_scratch<float>(bq * d, kWhat)),
+        kt(allocate_scratch<float>(d * bkp, kWhat)),
+        v(allocate_scratch<float>(bkp * dp, kWhat)),
+        s(allocate_scratch<float>(bq * bkp, kWhat)),
+        o(allocate_scratch<float>(bq * dp, kWhat)),
+        m(allocate_scratch<float>(bq, kWhat)),
+        l(allocate_scratch<float>(bq, kWhat)),
+        alpha(allocate_scratch<float>(bq, kWhat)),
+        alibi_off(allocate_scratch<float>(bq, kWhat)),
         lim(static_cast<std::size_t>(bq)) {}
+  static constexpr const char* kWhat = "the attention's per-thread block buffers";
 };
 
 // One task: a (batch, query heads [hh, hh + nh), query block) over some key
@@ -171,8 +174,8 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
   std::fill(w.o.get(), w.o.get() + t.rows * bl.dp, 0.0f);
   if (!t.use_pack) return;
   if (!w.pack.kt) {
-    w.pack.kt = hwy::AllocateAligned<float>(static_cast<std::size_t>(bl.nkb * d * bl.bkp));
-    w.pack.v = hwy::AllocateAligned<float>(static_cast<std::size_t>(bl.nkb * bl.bk * bl.dp));
+    w.pack.kt = allocate_scratch<float>(bl.nkb * d * bl.bkp, "the attention's packed K^T of a head");
+    w.pack.v = allocate_scratch<float>(bl.nkb * bl.bk * bl.dp, "the attention's packed V of a head");
     w.pack.ready.assign(static_cast<std::size_t>(bl.nkb), 0);
   }
   if (w.pack.head != t.head) {
@@ -527,6 +530,39 @@ void MergeSplits(const AttentionParams& p, const AttentionBlocking& bl,
   }
 }
 
+// One task of Run: its key blocks, then its rows stored (or its partial
+// state kept for the merge of a key split).
+void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl, std::int64_t task,
+                AttentionSplitParts& parts, AttentionWork& w) {
+  const std::int64_t rows_per_task = bl.hg * bl.bq;
+  // Head-major, so that a thread's consecutive tasks share the head's
+  // packed keys; within a head the largest (last) query blocks first,
+  // since causal work grows with the block.
+  const std::int64_t split = task % bl.splits;
+  const std::int64_t rest = task / bl.splits;
+  const std::int64_t slot = rest / bl.nqb;
+  const std::int64_t qb = bl.nqb - 1 - rest % bl.nqb;
+  const AttentionTask t =
+      DescribeTask(p, bl, slot / (p.h / bl.hg), slot % (p.h / bl.hg) * bl.hg, bl.hg, qb);
+  const BlockRange kbs = key_blocks_of_rows(p, t.r0, t.br, bl.bk, bl.nkb);
+  const std::int64_t span = kbs.end - kbs.begin;
+  RunTask(p, bl, t, kbs.begin + span * split / bl.splits,
+          kbs.begin + span * (split + 1) / bl.splits, w);
+  if (bl.splits > 1) {
+    const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
+    std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy(w.l.get(), w.l.get() + t.rows, parts.l.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy(
+        w.o.get(), w.o.get() + t.rows * bl.dp,
+        parts.o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(bl.dp)));
+    return;
+  }
+  for (std::int64_t x = 0; x < t.rows; ++x) {
+    StoreOutputRow(p, OutputRow(p, bl, slot, t.r0, t.br, x), w.o.get() + x * bl.dp, w.m[x],
+                   w.l[x]);
+  }
+}
+
 void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
          std::int64_t splits) {
   if (p.b == 0 || p.h == 0 || p.i == 0) return;
@@ -537,48 +573,30 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   const std::int64_t tasks = head_slots * bl.nqb * bl.splits;
   AttentionSplitParts parts;
   if (bl.splits > 1) {
-    parts.m.assign(static_cast<std::size_t>(tasks * rows_per_task), kAttnNegInf);
-    parts.l.assign(static_cast<std::size_t>(tasks * rows_per_task), 0.0f);
-    parts.o.assign(static_cast<std::size_t>(tasks * rows_per_task * bl.dp), 0.0f);
+    const char* what = "the attention's key-split partial states";
+    resize_scratch(parts.m, tasks * rows_per_task, what, kAttnNegInf);
+    resize_scratch(parts.l, tasks * rows_per_task, what, 0.0f);
+    resize_scratch(parts.o, tasks * rows_per_task * bl.dp, what, 0.0f);
   }
   const double flops = static_cast<double>(p.b * p.h) * static_cast<double>(p.i) *
                        static_cast<double>(std::max<std::int64_t>(p.j, 1)) *
                        static_cast<double>(p.d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
 
+  // An allocation that fails on a thread is rethrown after the region (an
+  // exception must not leave it); every thread still meets the loop.
+  ThreadErrors errors;
 #pragma omp parallel if (parallel)
   {
-    AttentionWork w(rows_per_task, bl.bkp, p.d, bl.dp);
+    std::unique_ptr<AttentionWork> work;
+    errors.run([&] { work = std::make_unique<AttentionWork>(rows_per_task, bl.bkp, p.d, bl.dp); });
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
-      // Head-major, so that a thread's consecutive tasks share the head's
-      // packed keys; within a head the largest (last) query blocks first,
-      // since causal work grows with the block.
-      const std::int64_t split = task % bl.splits;
-      const std::int64_t rest = task / bl.splits;
-      const std::int64_t slot = rest / bl.nqb;
-      const std::int64_t qb = bl.nqb - 1 - rest % bl.nqb;
-      const AttentionTask t =
-          DescribeTask(p, bl, slot / (p.h / bl.hg), slot % (p.h / bl.hg) * bl.hg, bl.hg, qb);
-      const BlockRange kbs = key_blocks_of_rows(p, t.r0, t.br, bl.bk, bl.nkb);
-      const std::int64_t span = kbs.end - kbs.begin;
-      RunTask(p, bl, t, kbs.begin + span * split / bl.splits,
-              kbs.begin + span * (split + 1) / bl.splits, w);
-      if (bl.splits > 1) {
-        const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
-        std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));
-        std::copy(w.l.get(), w.l.get() + t.rows, parts.l.begin() + static_cast<std::ptrdiff_t>(at));
-        std::copy(
-            w.o.get(), w.o.get() + t.rows * bl.dp,
-            parts.o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(bl.dp)));
-        continue;
-      }
-      for (std::int64_t x = 0; x < t.rows; ++x) {
-        StoreOutputRow(p, OutputRow(p, bl, slot, t.r0, t.br, x), w.o.get() + x * bl.dp, w.m[x],
-                       w.l[x]);
-      }
+      if (errors.failed()) continue;
+      errors.run([&] { RunOneTask(p, bl, task, parts, *work); });
     }
   }
+  errors.rethrow();
   if (bl.splits > 1) MergeSplits(p, bl, parts, parallel);
 }
 
