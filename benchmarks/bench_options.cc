@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "options.h"
+
 namespace posbias::bench {
 
 std::vector<std::string> suite_names() { return {"alibi", "dpb", "attention"}; }
@@ -25,10 +27,11 @@ void add_bench_arguments(CLI::App& app, BenchArgs& args) {
   app.add_option("suite", args.suite, "The suite to run: " + suite_list())->required();
   app.add_flag("--json", args.options.json,
                "One JSON object per line per case, with case, median_ms and baselines");
-  app.add_option("--repetitions", args.options.repetitions,
-                 "Timed runs per case (>= 1); the median is reported")
+  // Integers by the tools' one rule (base 10: "010" is 10, not CLI11's octal).
+  posbias::cli::add_int64_option(app, "--repetitions", args.options.repetitions,
+                                 "Timed runs per case (>= 1); the median is reported")
       ->default_str(std::to_string(args.options.repetitions));
-  app.add_option("--warmup", args.options.warmup, "Untimed runs first (>= 0)")
+  posbias::cli::add_int64_option(app, "--warmup", args.options.warmup, "Untimed runs first (>= 0)")
       ->default_str(std::to_string(args.options.warmup));
   app.add_flag("--quick", args.options.quick, "Smaller sizes (to test the harness)");
 }
