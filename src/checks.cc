@@ -43,6 +43,10 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
+}  // namespace posbias::detail
+
+namespace posbias {
+
 std::size_t physical_memory_bytes() {
   static const std::size_t bytes = [] {
     const long pages = sysconf(_SC_PHYS_PAGES);
@@ -52,6 +56,10 @@ std::size_t physical_memory_bytes() {
   }();
   return bytes;
 }
+
+}  // namespace posbias
+
+namespace posbias::detail {
 
 std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
                            DType dtype) {
@@ -126,18 +134,22 @@ void append_hex(std::string& out, const char* prefix, unsigned value, int digits
 
 }  // namespace
 
+}  // namespace posbias::detail
+
+namespace posbias {
+
 std::string quoted_name(std::string_view s) {
   std::string out = "\"";
   std::size_t k = 0;
-  while (k < s.size() && out.size() < kShownNameChars) {
+  while (k < s.size() && out.size() < detail::kShownNameChars) {
     const auto b = static_cast<unsigned char>(s[k]);
     if (b >= 0x80) {
-      const std::size_t len = utf8_sequence(s, k);
+      const std::size_t len = detail::utf8_sequence(s, k);
       if (len == 0) {
-        append_hex(out, "\\x", b, 2);
+        detail::append_hex(out, "\\x", b, 2);
         ++k;
       } else if (b == 0xC2 && static_cast<unsigned char>(s[k + 1]) < 0xA0) {
-        append_hex(out, "\\u", 0x80u + (static_cast<unsigned char>(s[k + 1]) - 0x80u), 4);  // C1
+        detail::append_hex(out, "\\u", 0x80u + (static_cast<unsigned char>(s[k + 1]) - 0x80u), 4);  // C1
         k += 2;
       } else {
         out.append(s.substr(k, len));
@@ -163,7 +175,7 @@ std::string quoted_name(std::string_view s) {
         break;
       default:
         if (b < 0x20 || b == 0x7F) {
-          append_hex(out, "\\u", b, 4);
+          detail::append_hex(out, "\\u", b, 4);
         } else {
           out += static_cast<char>(b);
         }
@@ -173,6 +185,10 @@ std::string quoted_name(std::string_view s) {
   if (k < s.size()) return out + "...\" (" + std::to_string(s.size()) + " bytes)";
   return out + "\"";
 }
+
+}  // namespace posbias
+
+namespace posbias::detail {
 
 std::string quoted_names(const std::vector<std::string>& names, std::size_t max_items) {
   std::string out;

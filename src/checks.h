@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "posbias/dtype.h"
+#include "posbias/limits.h"
 
 namespace posbias::detail {
 
@@ -38,8 +39,9 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
 // "[2, 3, 4]"
 std::string shape_string(const std::vector<std::int64_t>& shape);
 
-// Physical memory of this machine in bytes (sysconf), cached.
-std::size_t physical_memory_bytes();
+// Physical memory of this machine in bytes: posbias::physical_memory_bytes()
+// (posbias/limits.h), the bound of checked_numel.
+using posbias::physical_memory_bytes;
 
 // The error for an allocation that failed although its size passed the
 // memory checks (an address-space limit, memory taken by others):
@@ -47,16 +49,12 @@ std::size_t physical_memory_bytes();
 // failed allocation of the library becomes this, never a null pointer used.
 std::length_error allocation_error(std::size_t bytes, const std::string& what);
 
-// A name or string from the user (a state-dict key, a tensor name from a
-// file) as messages show it: in double quotes, escaped the way JSON escapes
-// strings (\" \\ \n \t \r, other control bytes, DEL and the C1 controls as
-// \u00XX), bytes that are not UTF-8 as \xNN, and shortened to about
-// kShownNameChars characters, then `..." (N bytes)`. An empty name is "".
-// The one helper every message of the library uses for such strings, so
-// that control bytes cannot garble a terminal and a megabyte-long key
-// cannot make a megabyte-long error line.
+// A name or string from the user as messages show it:
+// posbias::quoted_name() (posbias/limits.h), the one helper every message of
+// the library and its tools uses for such strings; kShownNameChars is how
+// many characters it keeps.
 constexpr std::size_t kShownNameChars = 120;
-std::string quoted_name(std::string_view s);
+using posbias::quoted_name;
 
 // Up to `max_items` names, each quoted_name(), comma-separated, then
 // ", ... (N in all)" when there are more.

@@ -18,6 +18,7 @@
 #include "posbias/distance_table.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
+#include "posbias/limits.h"
 #include "posbias/safetensors.h"
 #include "posbias/slopes.h"
 #include "posbias/t5.h"
