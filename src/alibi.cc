@@ -151,6 +151,36 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes,
   return out;
 }
 
+Tensor alibi_distance_table(const std::vector<float>& slopes, std::int64_t j,
+                            bool signed_distances) {
+  const char* who = "alibi_distance_table";
+  if (slopes.empty()) {
+    throw std::invalid_argument(std::string(who) + ": need at least one slope, got 0");
+  }
+  detail::check_at_least("alibi_distance_table: j", j, 1);
+  detail::check_finite_slopes(who, slopes);
+  std::int64_t len = 0;
+  if (__builtin_mul_overflow(j, std::int64_t{2}, &len)) {
+    throw std::length_error(std::string(who) + ": the table length 2j - 1 overflows int64 for j = " +
+                            std::to_string(j));
+  }
+  len -= 1;
+  const auto heads = static_cast<std::int64_t>(slopes.size());
+  // Tensor::empty checks the size (std::length_error) before allocating.
+  Tensor out = Tensor::empty({heads, len}, DType::kFloat32);
+  float* o = out.mutable_data<float>();
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float neg = -slopes[static_cast<std::size_t>(h)];
+    float* row = o + h * len;
+    for (std::int64_t e = 0; e < len; ++e) {
+      const std::int64_t d = e - (j - 1);  // q - c
+      const std::int64_t used = signed_distances ? (d < 0 ? -d : d) : (d > 0 ? d : 0);
+      row[e] = used == 0 ? 0.0f : neg * static_cast<float>(used);
+    }
+  }
+  return out;
+}
+
 // ------------------------------------------------------- AlibiPositionalBias
 
 AlibiPositionalBias::AlibiPositionalBias(std::int64_t heads,

@@ -68,6 +68,32 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes, std::int64_t tota
                              const std::vector<std::int64_t>& q_pos,
                              const std::vector<std::int64_t>& k_pos, DType dtype = DType::kFloat32);
 
+/// The ALiBi bias as a distance table (docs/spec.md "Distance tables"), the
+/// form AttentionBias::distance_table and expand_distance_table read: float32
+/// [slopes.size(), 2j - 1], entry e holding distance d = q - c = e - (j - 1)
+/// (entry j - 1 is d = 0, entries above it past keys, below it future keys):
+///
+///     signed_distances = true:   table[h][e] = -slopes[h] * |d|
+///     signed_distances = false:  table[h][e] = -slopes[h] * max(d, 0)
+///
+/// The first is the bias of alibi_bias() (expanding the table at (i, j),
+/// i <= j, gives the values of alibi_bias(slopes, h, i, j)); the second biases past keys
+/// only (future keys get 0, as in AlibiBias's causal form). Each entry is
+/// one float32 product of -slope and the integer distance converted to
+/// float (exact below 2^24); d = 0, and the future keys of the second form,
+/// are +0.0 exactly (any other entry keeps the sign IEEE gives the product,
+/// so a +0 slope gives -0.0). Not differentiable (no backward).
+///
+///   posbias::Tensor t = posbias::alibi_distance_table({0.5f}, 3);
+///   // t[0] = {-1, -0.5, 0, -0.5, -1}  (d = -2 .. 2)
+///
+/// Throws std::invalid_argument, with the values, for an empty slope list,
+/// j < 1 or a non-finite slope; std::length_error when [h, 2j - 1] float32
+/// overflows or exceeds physical memory (checked before allocating). Cost:
+/// one pass over the h * (2j - 1) entries.
+Tensor alibi_distance_table(const std::vector<float>& slopes, std::int64_t j,
+                            bool signed_distances = true);
+
 /// The module of zeta's AlibiPositionalBias documentation, with
 /// x-transformers' behaviour and a corrected cache.
 ///
