@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "checks.h"  // detail::quoted_name
-#include "checks.h"  // detail::quoted_name
 #include "commands.h"
 #include "golden_check.h"
 #include "posbias/version.h"
@@ -56,8 +55,8 @@ int report_error(std::ostream& err, const std::string& text, int exit_code) {
   }
   while (!message.empty() && message.back() == ' ') message.pop_back();
   if (message.size() > kMaxErrorBytes) {
-    message = message.substr(0, kMaxErrorBytes) + "... (" + std::to_string(message.size()) +
-              " bytes)";
+    message =
+        message.substr(0, kMaxErrorBytes) + "... (" + std::to_string(message.size()) + " bytes)";
   }
   err << "posbias: error: " << message << std::endl;
   return exit_code;
@@ -118,11 +117,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     bool known = false;
     for (const auto& c : commands) known = known || c.app->get_name() == name;
     if (!known) {
-      return report_error(
-          err,
-          "unknown command " + detail::quoted_name(name) + " (commands: " + command_names(commands) +
-              ")",
-          kExitUsage);
+      return report_error(err,
+                          "unknown command " + detail::quoted_name(name) +
+                              " (commands: " + command_names(commands) + ")",
+                          kExitUsage);
     }
   }
 

@@ -153,6 +153,21 @@ std::string shapes_text(const std::vector<std::int64_t>& q, const std::vector<st
   throw std::invalid_argument(message + " (" + shapes + ")");
 }
 
+// The library's argument checks of attention_forward, run on empty (b = 0)
+// tensors of the shapes and dtypes of q, k and v (4-d), before anything
+// large is built or drawn; an error names the run's shapes.
+void probe_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionBias& bias,
+                     const AttentionOptions& options) {
+  const auto empty_like = [](const Tensor& t) {
+    return Tensor::empty({0, t.size(1), t.size(2), t.size(3)}, t.dtype());
+  };
+  try {
+    attention_forward(empty_like(q), empty_like(k), empty_like(v), bias, options);
+  } catch (const std::invalid_argument& e) {
+    throw_with_shapes(e, shapes_text(q.shape(), k.shape(), v.shape()));
+  }
+}
+
 // q, k, v (and "bias" for --bias dense) from a safetensors file.
 struct GivenInputs {
   Tensor q, k, v, dense;
@@ -164,8 +179,8 @@ GivenInputs load_inputs(const AttentionArgs& a) {
   const auto get = [&](const char* name) {
     const auto it = tensors.find(name);
     if (it == tensors.end()) {
-      throw std::invalid_argument("--inputs: " + detail::quoted_name(a.inputs) + " has no tensor '" + name +
-                                  "' (it needs q, k, v" +
+      throw std::invalid_argument("--inputs: " + detail::quoted_name(a.inputs) +
+                                  " has no tensor '" + name + "' (it needs q, k, v" +
                                   (a.bias == "dense" ? std::string(" and bias") : "") + ")");
     }
     return it->second;
@@ -238,8 +253,7 @@ std::uint64_t product(std::initializer_list<std::int64_t> extents) {
 // arithmetic on the non-negative extents: q, k, v and the dense bias in
 // float32, their 16-bit copies, the distance table [h, 2j - 1] float32, the
 // output and, with --check, the reference's float32 copies and output.
-void check_total_memory(const AttentionShape& s, const std::string& bias, DType dtype,
-                        bool check) {
+void check_total_memory(const AttentionShape& s, const std::string& bias, DType dtype, bool check) {
   const bool dense = bias == "dense";
   const bool table = bias == "table";
   const std::uint64_t qn = product({s.b, s.h, s.i, s.d});
@@ -259,11 +273,10 @@ void check_total_memory(const AttentionShape& s, const std::string& bias, DType 
       "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
       shape_list({s.b, s.hk, s.j, s.d}) +
       (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) +
-      (table ? ", distance table [" + std::to_string(s.h) + ", " +
-                   std::to_string(table_columns) + "]"
-             : std::string()) +
-      " (" +
-      dtype_name(dtype) + (check ? ", --check" : "") + ") needs " +
+      (table
+           ? ", distance table [" + std::to_string(s.h) + ", " + std::to_string(table_columns) + "]"
+           : std::string()) +
+      " (" + dtype_name(dtype) + (check ? ", --check" : "") + ") needs " +
       (bytes == kSaturated ? std::string("more than 1.8e+19")
                            : "about " + number(static_cast<double>(bytes), "%.4g")) +
       " bytes, more than this machine's " + number(static_cast<double>(memory), "%.4g") +
@@ -288,6 +301,9 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
   if (!a.inputs.empty()) {
     GivenInputs in = load_inputs(a);
     if (a.bias == "table") {
+      // The table is built from the file's lengths: the inputs' own checks
+      // (d = 0, ...) and the memory of the run first.
+      probe_attention(in.q, in.k, in.v, AttentionBias::none(), options);
       AttentionShape s;
       s.b = in.q.size(0);
       s.h = in.q.size(1);

@@ -51,7 +51,8 @@ void file_argument(const std::string& option, const std::string& path,
     io();
   } catch (const std::runtime_error& e) {
     std::string message = e.what();
-    if (message.find(path) == std::string::npos) message = detail::quoted_name(path) + ": " + message;
+    if (message.find(path) == std::string::npos)
+      message = detail::quoted_name(path) + ": " + message;
     throw std::invalid_argument(option + ": " + message);
   }
 }

@@ -1,11 +1,13 @@
 // `posbias demo` (demo.h): the seed documents' examples and their pictures;
 // the attention comparison is demo_attention.cc.
+#include "demo.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -13,7 +15,6 @@
 
 #include "bias_plot.h"
 #include "checks.h"  // detail::quoted_name
-#include "demo.h"
 #include "demo_script.h"
 #include "plot.h"
 #include "posbias/alibi.h"

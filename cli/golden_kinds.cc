@@ -1,3 +1,5 @@
+#include "golden_kinds.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -6,7 +8,6 @@
 
 #include "checks.h"  // detail::quoted_name
 #include "golden_case.h"
-#include "golden_kinds.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -165,7 +166,8 @@ TensorMap x_transformers_state(const json& c, DpbOptions* options) {
       const std::string& type = get_string(layer, "type");
       const auto& [want_type, prefix] = expected[k];
       if (type != want_type) {
-        throw MalformedCase("expected a '" + want_type + "' layer, got " + detail::quoted_name(type));
+        throw MalformedCase("expected a '" + want_type + "' layer, got " +
+                            detail::quoted_name(type));
       }
       if (type == "silu") continue;
       state.emplace(prefix + ".weight", get_tensor(field(layer, "weight"), "'weight'"));

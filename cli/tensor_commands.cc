@@ -44,9 +44,8 @@ std::pair<std::int64_t, std::int64_t> parse_head_range(const std::string& text) 
     const auto h1 = parse_int64(text.substr(colon + 1));
     if (h0 && h1) return {*h0, *h1};
   }
-  throw std::invalid_argument(
-      "--range must be H0:H1 (two base-10 integers, heads [H0, H1)), got " +
-      detail::quoted_name(text));
+  throw std::invalid_argument("--range must be H0:H1 (two base-10 integers, heads [H0, H1)), got " +
+                              detail::quoted_name(text));
 }
 
 CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {

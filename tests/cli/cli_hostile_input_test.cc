@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "cli_process.h"
+#include "posbias/dtype.h"
+#include "posbias/safetensors.h"
+#include "posbias/tensor.h"
 
 namespace posbias::cli {
 namespace {
@@ -114,6 +117,20 @@ TEST(CliHostileInput, AttentionTableCountedWithTheRunBeforeItIsBuilt) {
                          "4000000", "-d", "1", "--bias", "table", "--table-from", from},
                         "distance table [4096, 7999999] (float32) needs about 1.311e+11 bytes");
   }
+  // From --inputs: the table is sized by the file's lengths, checked first.
+  TempFile small;
+  save_safetensors(small.path(), {{"q", Tensor::full({1, 65536, 1, 1}, 0.0f, DType::kFloat32)},
+                                  {"k", Tensor::full({1, 1, 200000, 1}, 0.0f, DType::kFloat32)},
+                                  {"v", Tensor::full({1, 1, 200000, 1}, 0.0f, DType::kFloat32)}});
+  expect_bad_argument({"attention", "--inputs", small.path(), "--bias", "table"},
+                      "distance table [65536, 399999] (float32) needs about 1.049e+11 bytes");
+  TempFile no_d;
+  save_safetensors(no_d.path(),
+                   {{"q", Tensor::full({1, 1, 1, 0}, 0.0f, DType::kFloat32)},
+                    {"k", Tensor::full({1, 1, 1000000000, 0}, 0.0f, DType::kFloat32)},
+                    {"v", Tensor::full({1, 1, 1000000000, 0}, 0.0f, DType::kFloat32)}});
+  expect_bad_argument({"attention", "--inputs", no_d.path(), "--bias", "table"},
+                      "attention_forward: d must be >= 1, got 0");
   // A length whose 2j - 1 and byte count overflow int64.
   expect_bad_argument({"attention", "--heads", "2", "-i", "1", "-j", "9223372036854775807", "-d",
                        "1", "--bias", "table"},
@@ -170,8 +187,8 @@ TEST(CliHostileInput, OddNamesAndValuesAreEscapedAndShort) {
   // A golden case kind with control bytes, a byte that is not UTF-8 and a
   // megabyte of text: one short skip line, escaped.
   TempFile golden;
-  write(golden, "{\"cases\": [{\"kind\": \"a\\u0007b\\nc\\u001b[31m" + std::string(1 << 20, 'x') +
-                    "\"}]}");
+  write(golden,
+        "{\"cases\": [{\"kind\": \"a\\u0007b\\nc\\u001b[31m" + std::string(1 << 20, 'x') + "\"}]}");
   const ProcessResult run = run_posbias({"check-golden", golden.path()});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   const std::vector<std::string> lines = lines_of(run.out);
@@ -196,7 +213,8 @@ TEST(CliHostileInput, OddNamesAndValuesAreEscapedAndShort) {
       << long_value.err.substr(0, 400);
   // An argument CLI11 echoes as it is ("not expected"): escaped, cut.
   expect_bad_argument({"slopes", "--heads", "2", "\x1b[2Jextra\x7f"}, "\\u001b[2Jextra\\u007f");
-  const ProcessResult long_extra = run_posbias({"slopes", "--heads", "2", std::string(100000, 'e')});
+  const ProcessResult long_extra =
+      run_posbias({"slopes", "--heads", "2", std::string(100000, 'e')});
   EXPECT_EQ(long_extra.exit_code, 2);
   EXPECT_LT(long_extra.err.size(), 2100u);
   EXPECT_NE(long_extra.err.find("... ("), std::string::npos) << long_extra.err.substr(0, 200);
