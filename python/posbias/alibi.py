@@ -157,36 +157,44 @@ class AlibiBias(_SlopeModule):
     bias = slope_h * dist with this seed's top-left positions (q = r, k = c):
     causal dist = max(r - c, 0) (future keys get 0: the causal mask is
     separate), non-causal |r - c|. Default slopes linspace(-0.05, -0.5, n_heads)
-    (negative). Computed in float32 and rounded once to `dtype`. The cache is
-    keyed by (q_len, k_len, dtype, device)."""
+    (negative). Computed by the core (AlibiBias::build, the op
+    alibi_bias_build) in float32 and rounded once to `dtype` (float64: the
+    float32 result, widened exactly). The cache is keyed by
+    (q_len, k_len, dtype, device). The slopes are a buffer, not trained."""
 
     def __init__(self, n_heads, causal=True, slopes=None):
         super().__init__()
-        n_heads = _checks.check_int("AlibiBias: n_heads", n_heads, minimum=1)
+        n_heads = _checks.check_int("AlibiBias: n_heads", n_heads)
         if not isinstance(causal, bool):
             raise TypeError(f"posbias: AlibiBias: causal must be a bool, got "
                             f"{type(causal).__name__}")
         if slopes is None:
-            slopes = torch.linspace(-0.05, -0.5, steps=n_heads)
+            # The seed's own default, torch.linspace itself: the core's
+            # AlibiBias::default_slopes is within 2 ulp of it but not always
+            # equal (n_heads >= 9), and a drop-in keeps the seed's bits.
+            slopes = torch.linspace(-0.05, -0.5, steps=max(n_heads, 0))
         elif not isinstance(slopes, torch.Tensor):
             slopes = torch.tensor([float(s) for s in slopes], dtype=torch.float32)
         _checks.check_tensor("AlibiBias: slopes", slopes, cpu=False)
-        if tuple(slopes.shape) != (n_heads,):
-            raise ValueError(f"posbias: AlibiBias: slopes must be shape [n_heads] = "
-                             f"[{n_heads}], got {_checks.shape_str(slopes)}")
-        _checks.check_slopes("AlibiBias: slopes", slopes.detach().cpu().to(torch.float32))
         self.n_heads = n_heads
         self.causal = causal
         self.dtype = torch.float32
+        # The core checks n_heads and the slopes (count, finite) now, not at
+        # the first build: an empty build is a core call.
+        self._core_build(slopes.detach().cpu(), 0, 0, torch.float32)
         self.register_buffer("slopes", slopes.detach().to(torch.float32), persistent=False)
         self._cache_key = None
         self._cached_bias = None
         self._lock = threading.Lock()
 
+    def _core_build(self, slopes, q_len, k_len, dtype):
+        return torch.ops.posbias.alibi_bias_build(slopes, self.n_heads, self.causal, q_len,
+                                                  k_len, dtype)
+
     @torch.no_grad()
     def build(self, q_len, k_len, device=None, dtype=None):
-        q_len = _checks.check_int("AlibiBias.build: q_len", q_len, minimum=0)
-        k_len = _checks.check_int("AlibiBias.build: k_len", k_len, minimum=0)
+        q_len = _checks.check_int("AlibiBias.build: q_len", q_len)
+        k_len = _checks.check_int("AlibiBias.build: k_len", k_len)
         device = torch.device(device) if device is not None else self.slopes.device
         dtype = dtype or self.dtype
         if not dtype.is_floating_point:
@@ -195,11 +203,9 @@ class AlibiBias(_SlopeModule):
         with self._lock:
             if self._cache_key == key:
                 return self._cached_bias
-            d = torch.arange(q_len, device=device)[:, None] - torch.arange(k_len,
-                                                                          device=device)[None]
-            d = d.clamp_min(0) if self.causal else d.abs()
-            slopes = self.slopes.to(device)
-            bias = (slopes[:, None, None] * d.to(torch.float32)[None])[None].to(dtype)
+            core_dtype = torch.float32 if dtype == torch.float64 else dtype
+            bias = self._core_build(self.slopes.cpu(), q_len, k_len, core_dtype)
+            bias = bias.to(device=device, dtype=dtype)
             self._cache_key = key
             self._cached_bias = bias
             return bias

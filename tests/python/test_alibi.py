@@ -183,3 +183,88 @@ def test_alibi_bias_cache_keyed_by_dtype():
     assert m.build(3, 4) is not b
     assert torch.equal(m.build(3, 4), a)
     assert m.build(3, 4) is m.build(3, 4)  # repeated lengths hit the cache
+
+
+def test_alibi_bias_through_the_core_op():
+    """build is the op alibi_bias_build (the core's AlibiBias::build): the same
+    tensor as calling the op, float32 computed and rounded once per dtype,
+    float64 the float32 result widened, on the requested device."""
+    slopes = torch.tensor([-0.1, -0.3, -0.7])
+    for causal in (True, False):
+        m = posbias.AlibiBias(3, causal=causal, slopes=slopes)
+        want = torch.ops.posbias.alibi_bias_build(slopes, 3, causal, 5, 7, None)
+        assert torch.equal(m.build(5, 7), want)
+        ref = R.seed_alibi_bias(3, causal, slopes, 5, 7).to(torch.float32)
+        assert torch.equal(want, ref)  # one float32 product, exactly the reference's
+        for dtype in (torch.bfloat16, torch.float16, torch.float64):
+            got = m.build(5, 7, dtype=dtype)
+            assert got.dtype == dtype and torch.equal(got, ref.to(dtype))
+        assert m.build(5, 7, device="cpu").device.type == "cpu"
+    # The seed's default slopes are torch.linspace itself, bit for bit.
+    m = posbias.AlibiBias(12)
+    assert torch.equal(m.slopes, torch.linspace(-0.05, -0.5, steps=12))
+    # Not trainable: no gradient reaches the slopes.
+    s = torch.tensor([-0.25, -0.5], requires_grad=True)
+    assert not torch.ops.posbias.alibi_bias_build(s, 2, True, 3, 3, None).requires_grad
+    assert not posbias.AlibiBias(2, slopes=s).build(3, 3).requires_grad
+
+
+def test_alibi_bias_module_surface():
+    m = posbias.AlibiBias(4, causal=False)
+    assert repr(m) == "AlibiBias(n_heads=4, causal=False)"
+    assert list(m.state_dict().keys()) == []
+    assert m.build(0, 3).shape == (1, 4, 0, 3)
+    with pytest.raises(ValueError, match=r"AlibiBias::build: lengths must be >= 0, got i = -1, j = 2"):
+        m.build(-1, 2)
+    with pytest.raises(TypeError, match="q_len must be an int"):
+        m.build(1.5, 2)
+    with pytest.raises(TypeError, match="dtype must be floating"):
+        m.build(1, 2, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"AlibiBias: slope 1 is not finite \(inf\)"):
+        posbias.AlibiBias(2, slopes=[-0.5, float("inf")])
+    with pytest.raises(TypeError, match="slopes must be a floating tensor"):
+        posbias.AlibiBias(2, slopes=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="AlibiBias: n_heads must be >= 1, got -2"):
+        posbias.AlibiBias(-2)
+
+
+# ------------------------------------------------------- alibi_distance_table
+
+
+@pytest.mark.parametrize("heads", [1, 3, 8, 12])
+@pytest.mark.parametrize("j", [1, 2, 5, 33])
+def test_alibi_distance_table(heads, j):
+    slopes = posbias.alibi_slopes(heads)
+    table = posbias.alibi_distance_table(slopes, j)
+    assert table.dtype == torch.float32 and table.shape == (heads, 2 * j - 1)
+    # One float32 product of the slope and the exact distance: the float64
+    # reference rounded once.
+    assert torch.equal(table, R.alibi_distance_table(slopes, j).to(torch.float32))
+    # Past keys only (signed=False): -m max(d, 0), d = e - (j - 1).
+    past = torch.ops.posbias.alibi_distance_table(slopes, j, False)
+    d = (torch.arange(2 * j - 1) - (j - 1)).clamp_min(0).to(torch.float64)
+    assert torch.equal(past, (-slopes.to(torch.float64)[:, None] * d[None]).to(torch.float32))
+    # Expanded, it is the ALiBi bias.
+    for i in range(j + 1):
+        assert torch.equal(posbias.expand_distance_table(table, i, j),
+                           torch.ops.posbias.alibi_bias(slopes, i, j, -1, None))
+
+
+def test_alibi_distance_table_is_a_core_call():
+    # Not differentiable, as before: the result never requires grad.
+    s = torch.tensor([0.5, 0.25], requires_grad=True)
+    assert not posbias.alibi_distance_table(s, 4).requires_grad
+    assert torch.equal(posbias.alibi_distance_table(s.to(torch.bfloat16), 2),
+                       torch.tensor([[-0.5, 0.0, -0.5], [-0.25, 0.0, -0.25]]))
+    with pytest.raises(ValueError, match="alibi_distance_table: j must be >= 1, got 0"):
+        posbias.alibi_distance_table(s, 0)
+    with pytest.raises(ValueError, match="alibi_distance_table: need at least one slope, got 0"):
+        posbias.alibi_distance_table(torch.zeros(0), 3)
+    with pytest.raises(ValueError, match=r"alibi_distance_table: slope 0 is not finite \(nan\)"):
+        posbias.alibi_distance_table(torch.tensor([float("nan")]), 3)
+    with pytest.raises(ValueError, match="2j - 1 overflows int64"):
+        posbias.alibi_distance_table(s, 2**63 - 1)
+    with pytest.raises(ValueError, match="slopes must be 1-d"):
+        posbias.alibi_distance_table(torch.ones(2, 2), 3)
+    with pytest.raises(TypeError, match="slopes must be a floating tensor"):
+        posbias.alibi_distance_table(torch.ones(2, dtype=torch.int32), 3)

@@ -101,6 +101,56 @@ TEST(AlibiBias, SeedWorkedExample) {
   EXPECT_TRUE(torch::allclose(scores + b, expect));
 }
 
+TEST(AlibiOps, DistanceTableAndSeedBuildAreCoreCalls) {
+  const auto slopes = posbias::ops::alibi_slopes(5);
+  const std::vector<float> s(slopes.data_ptr<float>(), slopes.data_ptr<float>() + 5);
+  for (int64_t j : {1, 4, 19}) {
+    for (bool signed_d : {true, false}) {
+      const auto t = posbias::ops::alibi_distance_table(slopes, j, signed_d);
+      ASSERT_EQ(t.sizes(), (std::vector<int64_t>{5, 2 * j - 1}));
+      // SPEC.md "Distance tables": entry e holds distance d = e - (j - 1).
+      auto d = torch::arange(2 * j - 1, torch::kDouble) - static_cast<double>(j - 1);
+      d = signed_d ? d.abs() : d.clamp_min(0);
+      EXPECT_TRUE(
+          torch::equal(t, (-slopes.to(torch::kDouble).view({-1, 1}) * d).to(torch::kFloat)));
+      EXPECT_EQ(std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel()),
+                posbias::alibi_distance_table(s, j, signed_d).to_float_vector());
+    }
+    EXPECT_TRUE(torch::equal(
+        posbias::ops::expand_distance_table(posbias::ops::alibi_distance_table(slopes, j), j, j),
+        plain_alibi(slopes, 5, j, j)));
+  }
+  const auto seed = torch::tensor({-0.1f, -0.3f, -0.7f});
+  for (bool causal : {true, false}) {
+    posbias::nn::AlibiBias m(
+        posbias::nn::AlibiBiasOptions(3).causal(causal).slopes({-0.1f, -0.3f, -0.7f}));
+    EXPECT_TRUE(
+        torch::equal(posbias::ops::alibi_bias_build(seed, 3, causal, 4, 6), m->forward(4, 6)));
+    m->to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(
+        posbias::ops::alibi_bias_build(seed, 3, causal, 4, 6, torch::kBFloat16), m->forward(4, 6)));
+  }
+  const auto expect_value = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << needle;
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_value([&] { posbias::ops::alibi_distance_table(slopes, 0); },
+               "alibi_distance_table: j must be >= 1, got 0");
+  expect_value([] { posbias::ops::alibi_distance_table(torch::zeros({0}), 2); },
+               "need at least one slope, got 0");
+  expect_value([] { posbias::ops::alibi_distance_table(torch::tensor({NAN}), 2); },
+               "slope 0 is not finite");
+  expect_value([&] { posbias::ops::alibi_bias_build(seed, 2, true, 3, 3); },
+               "AlibiBias: slopes must have n_heads = 2 entries, got 3");
+  expect_value([&] { posbias::ops::alibi_bias_build(seed, 3, true, -1, 3); },
+               "AlibiBias::build: lengths must be >= 0, got i = -1, j = 3");
+  EXPECT_THROW(posbias::ops::alibi_bias_build(seed, 3, true, 2, 2, torch::kDouble), c10::TypeError);
+}
+
 TEST(DynamicPositionBias, StateDictNamesValuesAndAutograd) {
   posbias::nn::DynamicPositionBias m(16, 4);
   std::vector<std::string> names;

@@ -29,9 +29,9 @@ std::vector<float> naive_table(const std::vector<float>& slopes, std::int64_t j,
   for (float m : slopes) {
     for (std::int64_t d = -(j - 1); d <= j - 1; ++d) {  // d = q - c, entry d + j - 1
       const std::int64_t used = signed_d ? (d < 0 ? -d : d) : (d > 0 ? d : 0);
-      out.push_back(used == 0 ? 0.0f
-                              : static_cast<float>(-static_cast<double>(m) *
-                                                   static_cast<double>(used)));
+      out.push_back(used == 0
+                        ? 0.0f
+                        : static_cast<float>(-static_cast<double>(m) * static_cast<double>(used)));
     }
   }
   return out;
@@ -53,8 +53,8 @@ TEST(AlibiDistanceTable, MatchesNaiveReference) {
   for (const auto& slopes : slope_lists()) {
     for (std::int64_t j : {1, 2, 3, 5, 16, 17, 64, 257, 4099}) {
       for (bool signed_d : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << "heads " << slopes.size() << ", j " << j
-                                          << ", signed " << signed_d);
+        SCOPED_TRACE(::testing::Message()
+                     << "heads " << slopes.size() << ", j " << j << ", signed " << signed_d);
         const Tensor t = alibi_distance_table(slopes, j, signed_d);
         ASSERT_EQ(t.shape(),
                   (std::vector<std::int64_t>{static_cast<std::int64_t>(slopes.size()), 2 * j - 1}));
@@ -124,7 +124,9 @@ TEST(AlibiDistanceTable, BadArguments) {
   expect_throw_with<std::invalid_argument>([] { alibi_distance_table({0.5f}, -3, false); },
                                            "j must be >= 1, got -3");
   expect_throw_with<std::invalid_argument>(
-      [] { alibi_distance_table({0.5f, NAN}, 4); },
+      [] {
+        alibi_distance_table({0.5f, std::numeric_limits<float>::quiet_NaN()}, 4);
+      },
       "alibi_distance_table: slope 1 is not finite (nan)");
   expect_throw_with<std::invalid_argument>(
       [] { alibi_distance_table({std::numeric_limits<float>::infinity()}, 4); },

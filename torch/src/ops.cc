@@ -2,14 +2,18 @@
 // Load it with torch.ops.load_library(path) (Python) or link / dlopen it
 // (C++); the kernels are the posbias::ops functions of <posbias/torch.h>.
 //
-// Registration: ops without a backward (the slopes, alibi_bias,
-// alibi_distance_table) are CompositeImplicitAutograd (m.def with a
-// function). The differentiable ops have a CPU kernel (no autograd) and an
-// Autograd kernel (a torch::autograd::Function whose backward is a core
-// call): attention and attention_lse (posbias::attention_backward),
-// expand_distance_table and reduce_distance_table (each the other's
-// backward), dpb_distance_table and t5_distance_table (the core modules'
-// backward_distance_table).
+// Registration: the slopes and alibi_bias are CompositeImplicitAutograd
+// (m.def with a function; the slopes take no tensor to dispatch on). The
+// other ops have a CPU kernel (a core call), and an Autograd kernel:
+// - differentiable ops, a torch::autograd::Function whose backward is a core
+//   call: attention and attention_lse (posbias::attention_backward),
+//   expand_distance_table and reduce_distance_table (each the other's
+//   backward), dpb_distance_table and t5_distance_table (the core modules'
+//   backward_distance_table);
+// - ops without a backward (alibi_distance_table, alibi_bias_build), the CPU
+//   kernel itself, so that their result never requires grad on any torch
+//   version (without one, torch 2.x's autograd fallback would mark it as
+//   requiring grad when the slopes do, and only warn at backward).
 #include <torch/library.h>
 
 #include "posbias/torch.h"
@@ -64,8 +68,10 @@ TORCH_LIBRARY(posbias, m) {
       "alibi_bias(Tensor slopes, int i, int j, int total_heads=-1, ScalarType? dtype=None) -> "
       "Tensor",
       TORCH_FN(posbias::ops::alibi_bias));
-  m.def("alibi_distance_table(Tensor slopes, int j, bool signed=True) -> Tensor",
-        TORCH_FN(posbias::ops::alibi_distance_table));
+  m.def("alibi_distance_table(Tensor slopes, int j, bool signed=True) -> Tensor");
+  m.def(
+      "alibi_bias_build(Tensor slopes, int n_heads, bool causal, int q_len, int k_len, "
+      "ScalarType? dtype=None) -> Tensor");
   m.def(
       "t5_distance_table(Tensor embedding, int j, bool causal, int num_buckets, int "
       "max_distance, float scale) -> Tensor");
@@ -84,6 +90,8 @@ TORCH_LIBRARY(posbias, m) {
 }
 
 TORCH_LIBRARY_IMPL(posbias, CPU, m) {
+  m.impl("alibi_distance_table", TORCH_FN(posbias::ops::alibi_distance_table));
+  m.impl("alibi_bias_build", TORCH_FN(posbias::ops::alibi_bias_build));
   m.impl("attention", TORCH_FN(posbias::ops::attention_cpu));
   m.impl("attention_lse", TORCH_FN(posbias::ops::attention_lse_cpu));
   m.impl("expand_distance_table", TORCH_FN(posbias::ops::expand_distance_table_cpu));
@@ -93,6 +101,8 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
 }
 
 TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
+  m.impl("alibi_distance_table", TORCH_FN(posbias::ops::alibi_distance_table));
+  m.impl("alibi_bias_build", TORCH_FN(posbias::ops::alibi_bias_build));
   m.impl("attention", TORCH_FN(attention_autograd));
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
   m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));

@@ -191,23 +191,15 @@ at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t to
 
 at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed_distances) {
   const std::vector<float> s = slope_vector(slopes, "alibi_distance_table");
-  TORCH_CHECK_VALUE(j >= 1, "posbias.alibi_distance_table: j must be >= 1, got ", j);
-  for (float m : s) {
-    TORCH_CHECK_VALUE(std::isfinite(m), "posbias.alibi_distance_table: slopes must be finite, got ", m);
-  }
-  const int64_t h = static_cast<int64_t>(s.size());
-  const int64_t len = 2 * j - 1;
-  at::Tensor out = at::empty({h, len}, at::kFloat);
-  float* o = out.data_ptr<float>();
-  for (int64_t hh = 0; hh < h; ++hh) {
-    const float m = s[static_cast<std::size_t>(hh)];
-    for (int64_t e = 0; e < len; ++e) {
-      const int64_t dist = e - (j - 1);  // q - c
-      const int64_t used = signed_distances ? std::llabs(dist) : std::max<int64_t>(dist, 0);
-      o[hh * len + e] = used == 0 ? 0.0f : -m * static_cast<float>(used);
-    }
-  }
-  return out;
+  return core_call([&] { return to_torch(posbias::alibi_distance_table(s, j, signed_distances)); });
+}
+
+at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool causal, int64_t q_len,
+                            int64_t k_len, c10::optional<at::ScalarType> dtype) {
+  const std::vector<float> s = slope_vector(slopes, "alibi_bias_build");
+  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_build") : DType::kFloat32;
+  return core_call(
+      [&] { return to_torch(posbias::AlibiBias(n_heads, causal, s).build(q_len, k_len, dt)); });
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(

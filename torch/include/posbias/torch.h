@@ -54,9 +54,22 @@ at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t to
 
 /// float32 [h, 2j - 1]: entry e (distance q - c = e - (j - 1)) holds
 /// -slopes[h] * |e - (j - 1)| (signed_distances, the ALiBi bias), or
-/// -slopes[h] * max(e - (j - 1), 0) (only past keys biased). j >= 1.
+/// -slopes[h] * max(e - (j - 1), 0) (only past keys biased): the core's
+/// posbias::alibi_distance_table. slopes: 1-d floating CPU tensor (read as
+/// float32), h >= 1 finite values; j >= 1 (c10::ValueError with the core's
+/// message otherwise). Not differentiable.
 at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j,
                                 bool signed_distances = true);
+
+/// The "ALiBi" seed's bias [1, n_heads, q_len, k_len] (top-left positions,
+/// slope_h * max(r - c, 0) when causal, else slope_h * |r - c|):
+/// posbias::AlibiBias(n_heads, causal, slopes).build(q_len, k_len, dtype).
+/// slopes: 1-d floating CPU tensor of n_heads finite values (read as
+/// float32); dtype float32 (default), bfloat16 or float16 (computed in
+/// float32, rounded once). Every check is the core's (c10::ValueError with
+/// its message). Not differentiable.
+at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool causal, int64_t q_len,
+                            int64_t k_len, c10::optional<at::ScalarType> dtype = c10::nullopt);
 
 /// [h, 2j - 1] T5 table from the [num_buckets, h] embedding: entry e holds
 /// embedding[bucket(c - q)][h] * scale with c - q = (j - 1) - e: the core's
