@@ -33,7 +33,8 @@ def alibi_slopes_range(total_heads, head_begin, head_end, max_bias=None):
 
 def alibi_distance_table(slopes, j):
     """[h, 2j - 1] float32 table for attention(bias="table"): entry
-    (q_r - c) + (j - 1) holds -m_h |q_r - c|."""
+    (q_r - c) + (j - 1) holds -m_h |q_r - c| (the core's alibi_distance_table;
+    not differentiable)."""
     _checks.check_tensor("alibi_distance_table: slopes", slopes)
     j = _checks.check_int("alibi_distance_table: j", j)
     return torch.ops.posbias.alibi_distance_table(slopes, j, True)
