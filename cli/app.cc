@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "commands.h"
 #include "golden_check.h"
 #include "posbias/version.h"
@@ -33,12 +33,12 @@ constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
 // An error line longer than this is cut (messages quote user values through
-// detail::quoted_name, which shortens them; this is the guard for text that
+// posbias::quoted_name, which shortens them; this is the guard for text that
 // reaches a message otherwise, such as CLI11 echoing an unexpected argument).
 constexpr std::size_t kMaxErrorBytes = 2000;
 
 // One short line on stderr, whatever the message holds: line breaks become
-// spaces, other control bytes are escaped as detail::quoted_name escapes
+// spaces, other control bytes are escaped as posbias::quoted_name escapes
 // them ("\u001b"), and the line stops after kMaxErrorBytes.
 int report_error(std::ostream& err, const std::string& text, int exit_code) {
   std::string message;
@@ -47,7 +47,7 @@ int report_error(std::ostream& err, const std::string& text, int exit_code) {
     if (ch == '\n' || ch == '\r') {
       message += ' ';
     } else if (byte < 0x20 || byte == 0x7F) {
-      const std::string quoted = detail::quoted_name(std::string_view(&ch, 1));
+      const std::string quoted = posbias::quoted_name(std::string_view(&ch, 1));
       message += quoted.substr(1, quoted.size() - 2);  // without the quotes
     } else {
       message += ch;
@@ -118,7 +118,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     for (const auto& c : commands) known = known || c.app->get_name() == name;
     if (!known) {
       return report_error(err,
-                          "unknown command " + detail::quoted_name(name) +
+                          "unknown command " + posbias::quoted_name(name) +
                               " (commands: " + command_names(commands) + ")",
                           kExitUsage);
     }

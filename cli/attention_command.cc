@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "attention_inputs.h"
-#include "checks.h"  // detail::quoted_name, detail::physical_memory_bytes
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
+#include "posbias/limits.h"
 #include "commands.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -179,7 +179,7 @@ GivenInputs load_inputs(const AttentionArgs& a) {
   const auto get = [&](const char* name) {
     const auto it = tensors.find(name);
     if (it == tensors.end()) {
-      throw std::invalid_argument("--inputs: " + detail::quoted_name(a.inputs) +
+      throw std::invalid_argument("--inputs: " + posbias::quoted_name(a.inputs) +
                                   " has no tensor '" + name + "' (it needs q, k, v" +
                                   (a.bias == "dense" ? std::string(" and bias") : "") + ")");
     }
@@ -267,7 +267,7 @@ void check_total_memory(const AttentionShape& s, const std::string& bias, DType 
   std::uint64_t bytes = plus(times(4, float32_elements), times(size, qn));
   if (dtype != DType::kFloat32) bytes = plus(bytes, times(size, plus(qn, times(2, kn))));
   if (check) bytes = plus(bytes, plus(times(4, plus(times(2, qn), times(2, kn))), times(size, qn)));
-  const std::uint64_t memory = detail::physical_memory_bytes();
+  const std::uint64_t memory = posbias::physical_memory_bytes();
   if (memory == 0 || bytes <= memory) return;
   throw std::length_error(
       "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +

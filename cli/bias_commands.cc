@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bias_plot.h"
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "commands.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
@@ -31,7 +31,7 @@ std::uint64_t parse_seed(const std::string& text) {
   std::uint64_t value = 0;
   if (parse_decimal(text, value)) {
     throw std::invalid_argument("--seed must be an integer in [0, 18446744073709551615], got " +
-                                detail::quoted_name(text));
+                                posbias::quoted_name(text));
   }
   return value;
 }
@@ -52,7 +52,7 @@ void file_argument(const std::string& option, const std::string& path,
   } catch (const std::runtime_error& e) {
     std::string message = e.what();
     if (message.find(path) == std::string::npos)
-      message = detail::quoted_name(path) + ": " + message;
+      message = posbias::quoted_name(path) + ": " + message;
     throw std::invalid_argument(option + ": " + message);
   }
 }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bias_plot.h"
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "demo_script.h"
 #include "plot.h"
 #include "posbias/alibi.h"
@@ -319,12 +319,12 @@ void Demo::make_plot_dir() {
   const std::string& dir = options_.plot_dir;
   if (dir.empty()) throw std::invalid_argument("--out: the folder name is empty");
   if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    throw std::invalid_argument("--out: cannot create the folder " + detail::quoted_name(dir) +
+    throw std::invalid_argument("--out: cannot create the folder " + posbias::quoted_name(dir) +
                                 ": " + std::strerror(errno));
   }
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw std::invalid_argument("--out: " + detail::quoted_name(dir) + " is not a folder");
+    throw std::invalid_argument("--out: " + posbias::quoted_name(dir) + " is not a folder");
   }
 }
 

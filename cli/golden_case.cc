@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 
 namespace posbias::cli::golden {
 
@@ -16,16 +16,16 @@ namespace {
 // characters. Every level of nesting writes at least one character first,
 // so the recursion is at most `limit` deep, however deep the value (a case
 // nested 100,000 levels must not recurse 100,000 times: issue 19). Strings
-// and keys through detail::quoted_name (escaped, shortened).
+// and keys through posbias::quoted_name (escaped, shortened).
 void append_excerpt(const json& value, std::string& out, std::size_t limit) {
   if (out.size() >= limit) return;
   if (value.is_string()) {
-    out += detail::quoted_name(value.get_ref<const std::string&>());
+    out += posbias::quoted_name(value.get_ref<const std::string&>());
   } else if (value.is_array() || value.is_object()) {
     out += value.is_array() ? '[' : '{';
     for (auto it = value.begin(); it != value.end() && out.size() < limit; ++it) {
       if (it != value.begin()) out += ',';
-      if (value.is_object()) out += detail::quoted_name(it.key()) + ":";
+      if (value.is_object()) out += posbias::quoted_name(it.key()) + ":";
       append_excerpt(*it, out, limit);
     }
     if (out.size() < limit) out += value.is_array() ? ']' : '}';

@@ -49,7 +49,7 @@ struct Expected {
 // wrong and how.
 
 /// The value's JSON type and its first 40 characters as compact JSON, for
-/// messages: strings escaped (detail::quoted_name), never the whole value
+/// messages: strings escaped (posbias::quoted_name), never the whole value
 /// serialised, however large or deep.
 std::string describe(const json& value);
 /// Field `name` of case `c`.

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "golden_case.h"
 #include "golden_kinds.h"
 
@@ -63,7 +63,7 @@ CaseResult check_case(const json& c, std::size_t index, const CheckContext& ctx)
     if (entry == nullptr) {
       result.status = CaseStatus::kSkipped;
       result.known_kind = false;
-      result.message = "unknown kind " + detail::quoted_name(result.kind);
+      result.message = "unknown kind " + posbias::quoted_name(result.kind);
       return result;
     }
     if (entry->check == nullptr) {
@@ -120,13 +120,13 @@ struct TooDeep {};
 
 // nlohmann's messages quote the text they stopped at ("last read: '...'",
 // "number overflow parsing '...'"), which is the file's, as it is: show it
-// through detail::quoted_name (escaped, shortened) instead.
+// through posbias::quoted_name (escaped, shortened) instead.
 std::string parse_error_text(const std::string& message) {
   const std::size_t open = message.find('\'');
   const std::size_t close = message.rfind('\'');
   if (open == std::string::npos || close <= open) return message;
   return message.substr(0, open) +
-         detail::quoted_name(std::string_view(message).substr(open + 1, close - open - 1)) +
+         posbias::quoted_name(std::string_view(message).substr(open + 1, close - open - 1)) +
          message.substr(close + 1);
 }
 
@@ -180,7 +180,7 @@ GoldenReport check_golden_text(const std::string& json_text, const std::string& 
 
 GoldenReport check_golden_file(const std::string& path) {
   namespace fs = std::filesystem;
-  const std::string shown = detail::quoted_name(path);
+  const std::string shown = posbias::quoted_name(path);
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     throw GoldenFileError("cannot read " + shown + ": it is a directory");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "golden_case.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
@@ -110,7 +110,7 @@ DpbOptions get_dpb_options(const json& c, bool variant_required) {
   if (variant == "zeta") return o;
   if (variant != "x-transformers") {
     throw MalformedCase("field 'variant' must be \"zeta\" or \"x-transformers\", got " +
-                        detail::quoted_name(variant));
+                        posbias::quoted_name(variant));
   }
   o.variant = DpbVariant::kXTransformers;
   o.depth = get_int(c, "depth");
@@ -123,7 +123,7 @@ DpbOptions get_dpb_options(const json& c, bool variant_required) {
 TensorMap zeta_state(const json& c) {
   TensorMap state;
   for (const auto& [name, value] : get_object(c, "params").items()) {
-    state.emplace(name, get_tensor(value, "params " + detail::quoted_name(name)));
+    state.emplace(name, get_tensor(value, "params " + posbias::quoted_name(name)));
   }
   return state;
 }
@@ -167,7 +167,7 @@ TensorMap x_transformers_state(const json& c, DpbOptions* options) {
       const auto& [want_type, prefix] = expected[k];
       if (type != want_type) {
         throw MalformedCase("expected a '" + want_type + "' layer, got " +
-                            detail::quoted_name(type));
+                            posbias::quoted_name(type));
       }
       if (type == "silu") continue;
       state.emplace(prefix + ".weight", get_tensor(field(layer, "weight"), "'weight'"));
@@ -219,7 +219,7 @@ std::string check_dpb_grad(const json& c, const DynamicPositionBias& module) {
     const std::vector<std::string> names = module.parameter_names();
     for (const auto& item : param_grads.items()) {
       if (std::find(names.begin(), names.end(), item.key()) == names.end()) {
-        throw MalformedCase("'param_grads' has " + detail::quoted_name(item.key()) +
+        throw MalformedCase("'param_grads' has " + posbias::quoted_name(item.key()) +
                             ", which is not a parameter of the module");
       }
     }

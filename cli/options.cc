@@ -9,7 +9,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 
 namespace posbias::cli {
 namespace {
@@ -66,9 +66,9 @@ CLI::Option* add_list_option(CLI::App& sub, const std::string& name, std::vector
             const std::string item = argument.substr(start, comma - start);
             const bool one_item = start == 0 && comma == argument.size();
             const std::string where =
-                one_item ? detail::quoted_name(item)
-                         : "item " + std::to_string(n) + " of " + detail::quoted_name(argument) +
-                               (item.empty() ? "" : " (" + detail::quoted_name(item) + ")");
+                one_item ? posbias::quoted_name(item)
+                         : "item " + std::to_string(n) + " of " + posbias::quoted_name(argument) +
+                               (item.empty() ? "" : " (" + posbias::quoted_name(item) + ")");
             if (item.empty()) throw CLI::ValidationError(name, where + " is empty");
             T value{};
             if (const auto error = parse(item, value)) {
@@ -128,7 +128,7 @@ const CLI::Validator& decimal_int64() {
         if (text.empty()) return "";  // non_empty_value() names that
         std::int64_t value = 0;
         if (const auto error = parse_decimal(text, value)) {
-          return detail::quoted_name(text) + " " + *error;
+          return posbias::quoted_name(text) + " " + *error;
         }
         text = std::to_string(value);  // what CLI11 converts: plain decimal
         return "";

@@ -28,7 +28,7 @@ std::optional<std::string> parse_decimal(const std::string& text, std::uint64_t&
 /// CLI11 its plain decimal form (so that CLI11's own conversion, which reads
 /// "010" as octal and saturates past int64, never sees anything else); a
 /// refused value is a CLI::ValidationError "NAME: "TEXT" is not an integer"
-/// (exit code 2), the text quoted and shortened by detail::quoted_name.
+/// (exit code 2), the text quoted and shortened by posbias::quoted_name.
 const CLI::Validator& decimal_int64();
 
 /// An integer option `name` on `sub` stored in `value` (an integer type or a
@@ -56,7 +56,7 @@ void refuse_empty_values(CLI::App& app);
 /// ("0.5,,0.25" would be two slopes): an empty item, one that is not a number
 /// of the type, or a float past float32's range is a CLI::ValidationError
 /// naming the option and the item (exit code 2). Values in messages are
-/// quoted and shortened (detail::quoted_name).
+/// quoted and shortened (posbias::quoted_name).
 CLI::Option* add_float_list_option(CLI::App& sub, const std::string& name,
                                    std::vector<float>& values, const std::string& help);
 /// The same for 64-bit integers, each item read by parse_decimal().

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bias_plot.h"
-#include "checks.h"  // detail::quoted_name
+#include "posbias/limits.h"
 #include "commands.h"
 #include "posbias/alibi.h"
 #include "posbias/dtype.h"
@@ -45,7 +45,7 @@ std::pair<std::int64_t, std::int64_t> parse_head_range(const std::string& text) 
     if (h0 && h1) return {*h0, *h1};
   }
   throw std::invalid_argument("--range must be H0:H1 (two base-10 integers, heads [H0, H1)), got " +
-                              detail::quoted_name(text));
+                              posbias::quoted_name(text));
 }
 
 CLI::Option* add_slopes_option(CLI::App& sub, std::vector<float>& slopes, const std::string& help) {

@@ -70,7 +70,7 @@ bool acceptable(const nlohmann::json& v, const std::string& key) {
 }
 
 // Messages quote what they show through bounded excerpts (describe(),
-// detail::quoted_name): no input, however large, makes a long one.
+// posbias::quoted_name): no input, however large, makes a long one.
 constexpr std::size_t kMaxMessageBytes = 4096;
 
 void check_message_size(const std::string& message) {
