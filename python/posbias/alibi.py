@@ -134,18 +134,11 @@ class AlibiPositionalBias(_SlopeModule):
         """Arbitrary positions (packed sequences, chunked prefill, context
         parallelism): [total_heads, len(q_pos), len(k_pos)],
         -m_h |k_pos[c] - q_pos[r]|. Positions are integer tensors (1-D)."""
-        q_pos = _checks.check_tensor("forward_custom_pos: q_pos", q_pos, ndim=1, cpu=False)
-        k_pos = _checks.check_tensor("forward_custom_pos: k_pos", k_pos, ndim=1, cpu=False)
-        if q_pos.is_floating_point() or k_pos.is_floating_point() or \
-                q_pos.dtype == torch.bool or k_pos.dtype == torch.bool:
-            raise TypeError(f"posbias: forward_custom_pos: positions must be integer tensors, "
-                            f"got {q_pos.dtype} and {k_pos.dtype}")
-        dist = (k_pos.to(self.device, torch.int64)[None, :] -
-                q_pos.to(self.device, torch.int64)[:, None]).abs().to(torch.float32)
-        out = torch.zeros(self.total_heads, dist.shape[0], dist.shape[1], dtype=torch.float32,
-                          device=self.device)
-        out[:self.heads] = -self.slopes[:, None, None] * dist[None]
-        return out.to(self.dtype)
+        # Integer 1-d positions are the op's (and the core's) checks.
+        core_dtype = self.dtype if self.dtype in (torch.bfloat16, torch.float16) else None
+        out = torch.ops.posbias.alibi_bias_custom_pos(self.slopes.cpu(), self.total_heads,
+                                                      q_pos, k_pos, core_dtype)
+        return out.to(self.device, self.dtype)
 
     def extra_repr(self):
         return f"heads={self.heads}, total_heads={self.total_heads}"

@@ -128,6 +128,17 @@ def test_get_bias_and_custom_positions():
     close(m.forward_custom_pos(q, k), R.alibi_bias_custom_pos(R.alibi_slopes(3), q, k, 4))
     # Contiguous positions reproduce forward().
     close(m.forward_custom_pos(torch.arange(4, 9), torch.arange(9)), m(5, 9))
+    # Any integer dtype and strides; the module's dtype (rounded once from
+    # float32, as the core does); the op directly, through the core.
+    q32 = torch.tensor([[5, 0], [6, 0], [7, 0], [100, 0]], dtype=torch.int32)[:, 0]
+    close(m.forward_custom_pos(q32, k.to(torch.int16)), m.forward_custom_pos(q, k))
+    mb = posbias.AlibiPositionalBias(heads=3, total_heads=4).to(torch.bfloat16)
+    got = mb.forward_custom_pos(q, k)
+    assert got.dtype == torch.bfloat16
+    close(got, R.alibi_bias_custom_pos(R.alibi_slopes(3), q, k, 4), atol=0, rtol=2.0**-8)
+    op = torch.ops.posbias.alibi_bias_custom_pos(R.alibi_slopes(3), -1, q, k, None)
+    assert op.shape == (3, 4, 6)
+    close(op, R.alibi_bias_custom_pos(R.alibi_slopes(3), q, k, 3))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -121,8 +121,10 @@ def test_alibi_modules():
         m(-1, 3)
     with pytest.raises(TypeError, match="j must be an int"):
         m(1, "3")
-    with pytest.raises(TypeError, match="integer tensors"):
+    with pytest.raises(TypeError, match="q_pos must be an integer tensor, got Float"):
         m.forward_custom_pos(torch.tensor([0.5]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="k_pos must be 1-d, got 2-d"):
+        m.forward_custom_pos(torch.tensor([0]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match="AlibiBias: slopes must have n_heads = 3 entries, got 2"):
         posbias.AlibiBias(3, slopes=torch.tensor([-0.1, -0.2]))
     with pytest.raises(ValueError, match="n_heads must be >= 1"):

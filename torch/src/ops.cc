@@ -10,7 +10,8 @@
 //   expand_distance_table and reduce_distance_table (each the other's
 //   backward), dpb_distance_table and t5_distance_table (the core modules'
 //   backward_distance_table);
-// - ops without a backward (alibi_distance_table, alibi_bias_build), the CPU
+// - ops without a backward (alibi_distance_table, alibi_bias_build,
+//   alibi_bias_custom_pos), the CPU
 //   kernel itself, so that their result never requires grad on any torch
 //   version (without one, torch 2.x's autograd fallback would mark it as
 //   requiring grad when the slopes do, and only warn at backward).
@@ -73,6 +74,9 @@ TORCH_LIBRARY(posbias, m) {
       "alibi_bias_build(Tensor slopes, int n_heads, bool causal, int q_len, int k_len, "
       "ScalarType? dtype=None) -> Tensor");
   m.def(
+      "alibi_bias_custom_pos(Tensor slopes, int total_heads, Tensor q_pos, Tensor k_pos, "
+      "ScalarType? dtype=None) -> Tensor");
+  m.def(
       "t5_distance_table(Tensor embedding, int j, bool causal, int num_buckets, int "
       "max_distance, float scale) -> Tensor");
   m.def(
@@ -92,6 +96,7 @@ TORCH_LIBRARY(posbias, m) {
 TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("alibi_distance_table", TORCH_FN(posbias::ops::alibi_distance_table));
   m.impl("alibi_bias_build", TORCH_FN(posbias::ops::alibi_bias_build));
+  m.impl("alibi_bias_custom_pos", TORCH_FN(posbias::ops::alibi_bias_custom_pos));
   m.impl("attention", TORCH_FN(posbias::ops::attention_cpu));
   m.impl("attention_lse", TORCH_FN(posbias::ops::attention_lse_cpu));
   m.impl("expand_distance_table", TORCH_FN(posbias::ops::expand_distance_table_cpu));
@@ -103,6 +108,7 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
 TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
   m.impl("alibi_distance_table", TORCH_FN(posbias::ops::alibi_distance_table));
   m.impl("alibi_bias_build", TORCH_FN(posbias::ops::alibi_bias_build));
+  m.impl("alibi_bias_custom_pos", TORCH_FN(posbias::ops::alibi_bias_custom_pos));
   m.impl("attention", TORCH_FN(attention_autograd));
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
   m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));

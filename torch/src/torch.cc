@@ -202,6 +202,34 @@ at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool caus
       [&] { return to_torch(posbias::AlibiBias(n_heads, causal, s).build(q_len, k_len, dt)); });
 }
 
+namespace {
+
+// A 1-d integer tensor's values (any device, any strides) as int64.
+std::vector<std::int64_t> position_vector(const at::Tensor& pos, const char* name) {
+  TORCH_CHECK_TYPE(!at::isFloatingType(pos.scalar_type()) && pos.scalar_type() != at::kBool &&
+                       !at::isComplexType(pos.scalar_type()),
+                   "alibi_bias_custom_pos: ", name, " must be an integer tensor, got ",
+                   pos.scalar_type());
+  TORCH_CHECK_VALUE(pos.dim() == 1, "alibi_bias_custom_pos: ", name, " must be 1-d, got ",
+                    pos.dim(), "-d");
+  const at::Tensor p64 = pos.to(at::kCPU, at::kLong).contiguous();
+  const std::int64_t* data = p64.data_ptr<std::int64_t>();
+  return std::vector<std::int64_t>(data, data + p64.numel());
+}
+
+}  // namespace
+
+at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
+                                 const at::Tensor& q_pos, const at::Tensor& k_pos,
+                                 c10::optional<at::ScalarType> dtype) {
+  const std::vector<float> s = slope_vector(slopes, "alibi_bias_custom_pos");
+  const std::vector<std::int64_t> qp = position_vector(q_pos, "q_pos");
+  const std::vector<std::int64_t> kp = position_vector(k_pos, "k_pos");
+  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_custom_pos") : DType::kFloat32;
+  const int64_t th = total_heads < 0 ? static_cast<int64_t>(s.size()) : total_heads;
+  return core_call([&] { return to_torch(posbias::alibi_bias_custom_pos(s, th, qp, kp, dt)); });
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
     const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,

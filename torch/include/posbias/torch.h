@@ -71,6 +71,18 @@ at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j,
 at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool causal, int64_t q_len,
                             int64_t k_len, c10::optional<at::ScalarType> dtype = c10::nullopt);
 
+/// ALiBi at arbitrary positions (packed sequences, chunked prefill, context
+/// parallelism): [total_heads, q_pos.numel(), k_pos.numel()] with
+/// -slopes[h] * |k_pos[c] - q_pos[r]|, zero heads appended: the core's
+/// posbias::alibi_bias_custom_pos. slopes: 1-d floating CPU tensor (read as
+/// float32); q_pos, k_pos: 1-d integer tensors (c10::TypeError otherwise);
+/// total_heads = -1 means h; dtype float32 (default), bfloat16 or float16.
+/// Every other check is the core's (c10::ValueError with its message). Not
+/// differentiable.
+at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
+                                 const at::Tensor& q_pos, const at::Tensor& k_pos,
+                                 c10::optional<at::ScalarType> dtype = c10::nullopt);
+
 /// [h, 2j - 1] T5 table from the [num_buckets, h] embedding: entry e holds
 /// embedding[bucket(c - q)][h] * scale with c - q = (j - 1) - e: the core's
 /// RelativePositionBias::distance_table over a view of the embedding (no
