@@ -6,21 +6,10 @@
 
 namespace posbias::torch_bridge {
 
-DType dtype_of(const at::Tensor& t, const char* who, const char* name) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return DType::kFloat32;
-    case at::kBFloat16:
-      return DType::kBFloat16;
-    case at::kHalf:
-      return DType::kFloat16;
-    default:
-      TORCH_CHECK_TYPE(false, "posbias.", who, ": ", name,
-                       " must be float32, bfloat16 or float16, got ", t.scalar_type());
-  }
-}
+namespace {
 
-DType dtype_from_scalar(at::ScalarType s, const char* who) {
+// The core dtype of a torch scalar type the core computes in, if any.
+c10::optional<DType> core_dtype(at::ScalarType s) {
   switch (s) {
     case at::kFloat:
       return DType::kFloat32;
@@ -29,9 +18,24 @@ DType dtype_from_scalar(at::ScalarType s, const char* who) {
     case at::kHalf:
       return DType::kFloat16;
     default:
-      TORCH_CHECK_TYPE(false, "posbias.", who, ": dtype must be float32, bfloat16 or float16, got ",
-                       s);
+      return c10::nullopt;
   }
+}
+
+}  // namespace
+
+DType dtype_of(const at::Tensor& t, const char* who, const char* name) {
+  const c10::optional<DType> dt = core_dtype(t.scalar_type());
+  TORCH_CHECK_TYPE(dt.has_value(), "posbias.", who, ": ", name,
+                   " must be float32, bfloat16 or float16, got ", t.scalar_type());
+  return *dt;
+}
+
+DType dtype_from_scalar(at::ScalarType s, const char* who) {
+  const c10::optional<DType> dt = core_dtype(s);
+  TORCH_CHECK_TYPE(dt.has_value(), "posbias.", who,
+                   ": dtype must be float32, bfloat16 or float16, got ", s);
+  return *dt;
 }
 
 at::ScalarType scalar_of(DType dt) {
