@@ -1,0 +1,131 @@
+// Attention against the golden PyTorch vectors, and its bad input: every
+// argument error names the shapes.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "posbias/attention.h"
+#include "posbias/slopes.h"
+#include "test_util.h"
+
+namespace posbias {
+namespace {
+
+using test::expect_close;
+using test::expect_throw_with;
+using test::golden_dir;
+using test::kInf;
+using test::random_tensor;
+using test::Shape;
+using Json = nlohmann::json;
+
+// --------------------------------------------------------------- golden
+
+TEST(AttentionGolden, MatchesPyTorch) {
+  const std::string dir = golden_dir();
+  if (dir.empty()) GTEST_SKIP() << "no golden.json found";
+  std::ifstream file(dir + "/golden.json");
+  const Json doc = Json::parse(file);
+  auto tensor_of = [](const Json& t) {
+    return Tensor::from_vector(t.at("shape").get<Shape>(), t.at("data").get<std::vector<float>>());
+  };
+  int n = 0;
+  for (const Json& c : doc.at("cases")) {
+    if (c.at("kind") != "attention") continue;
+    ++n;
+    const Tensor q = tensor_of(c.at("q")), k = tensor_of(c.at("k")), v = tensor_of(c.at("v"));
+    AttentionOptions opt;
+    opt.causal = c.at("causal").get<bool>();
+    opt.scale = c.at("scale").get<float>();
+    const Json& b = c.at("bias");
+    const std::string type = b.at("type");
+    AttentionBias bias;
+    if (type == "alibi") {
+      bias = AttentionBias::alibi(b.at("slopes").get<std::vector<float>>());
+    } else if (type == "distance_table") {
+      bias = AttentionBias::distance_table(tensor_of(b.at("table")));
+    } else {
+      ASSERT_EQ(type, "none");
+    }
+    const std::vector<float> want = c.at("out").at("data").get<std::vector<float>>();
+    const std::string what = "golden attention case " + std::to_string(n) + " (" + type + ")";
+    expect_close(attention_forward(q, k, v, bias, opt).to_float_vector(), want, what, 1e-5, 1e-4);
+    expect_close(attention_reference(q, k, v, bias, opt).to_float_vector(), want,
+                 what + " reference", 1e-5, 1e-4);
+  }
+  EXPECT_GE(n, 7);
+}
+
+// ------------------------------------------------------------ bad input
+
+TEST(Attention, BadInputThrowsWithTheShapes) {
+  const Tensor q = random_tensor({1, 4, 3, 8}, 1);
+  const Tensor k = random_tensor({1, 2, 5, 8}, 2);
+  using E = std::invalid_argument;
+  auto fwd = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv,
+                 const AttentionBias& bias = AttentionBias::none(), AttentionOptions opt = {}) {
+    return [=] { attention_forward(qq, kk, vv, bias, opt); };
+  };
+  expect_throw_with<E>(fwd(q, k, random_tensor({1, 2, 6, 8}, 3)), "v [1, 2, 6, 8]");
+  expect_throw_with<E>(fwd(q, random_tensor({1, 2, 5, 7}, 3), random_tensor({1, 2, 5, 7}, 3)),
+                       "k [1, 2, 5, 7]");
+  expect_throw_with<E>(fwd(q, random_tensor({1, 3, 5, 8}, 3), random_tensor({1, 3, 5, 8}, 3)),
+                       "hk = 3");
+  expect_throw_with<E>(fwd(q, random_tensor({2, 2, 5, 8}, 3), random_tensor({2, 2, 5, 8}, 3)),
+                       "q [1, 4, 3, 8], k [2, 2, 5, 8]");
+  expect_throw_with<E>(fwd(random_tensor({4, 3, 8}, 1), k, k), "q [4, 3, 8]");
+  const Tensor q0 = Tensor::empty({1, 4, 3, 0}, DType::kFloat32);
+  const Tensor k0 = Tensor::empty({1, 2, 5, 0}, DType::kFloat32);
+  expect_throw_with<E>(fwd(q0, k0, k0), "d must be >= 1, got 0");
+  expect_throw_with<E>(fwd(q, k.to(DType::kBFloat16), k), "bfloat16");
+  AttentionOptions nan_scale;
+  nan_scale.scale = NAN;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), nan_scale), "scale must be finite");
+  AttentionOptions inf_scale;
+  inf_scale.scale = kInf;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), inf_scale), "q [1, 4, 3, 8]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, 3})), "got 3 slopes for h = 4");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, NAN, 3})),
+                       "ALiBi slope 2 is not finite (nan) (q [1, 4, 3, 8], k [1, 2, 5, 8]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({4, 8}, 4))),
+                       "table [4, 8]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({3, 9}, 4))),
+                       ">= 9");
+  // An empty k may have any j: 2j - 1 must not overflow (UBSan) in the check.
+  const std::int64_t huge_j = (std::int64_t{1} << 62) + 1;
+  const Tensor k_huge = Tensor::empty({0, 2, huge_j, 8}, DType::kFloat32);
+  expect_throw_with<E>(fwd(Tensor::empty({0, 4, 3, 8}, DType::kFloat32), k_huge, k_huge,
+                           AttentionBias::distance_table(random_tensor({4, 9}, 4))),
+                       ">= 2 * 4611686018427387905 - 1], got float32 table [4, 9]");
+  expect_throw_with<E>(
+      fwd(random_tensor({1, 2, 6, 8}, 1), random_tensor({1, 2, 5, 8}, 2),
+          random_tensor({1, 2, 5, 8}, 2), AttentionBias::distance_table(random_tensor({2, 9}, 4))),
+      "needs i <= j");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({2, 3, 5}, 4))),
+                       "[2, 3, 5]");
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({1, 1, 1, 3, 5}, 4))),
+                       "[1, 1, 1, 3, 5]");
+  expect_throw_with<E>(
+      fwd(q, k, k, AttentionBias::dense_bias(random_tensor({3, 5}, 4).to(DType::kFloat16))),
+      "float16");
+  // Stride-0 views (from_blob) of k, v and the table can claim any length:
+  // the kernel's copy of the table is refused before it is sized.
+  float one = 1.0f;
+  const std::int64_t long_j = std::int64_t{1} << 45;
+  const Tensor k_view = Tensor::from_blob(&one, {1, 1, long_j, 1}, {0, 0, 0, 0}, DType::kFloat32);
+  const Tensor table_view = Tensor::from_blob(&one, {1, 2 * long_j - 1}, {0, 0}, DType::kFloat32);
+  EXPECT_THROW(attention_forward(Tensor::full({1, 1, 1, 1}, 1.0f), k_view, k_view,
+                                 AttentionBias::distance_table(table_view)),
+               std::length_error);
+  // The reference checks the same way.
+  EXPECT_THROW(attention_reference(q, k, k, AttentionBias::alibi({1})), E);
+}
+
+}  // namespace
+}  // namespace posbias

@@ -1,0 +1,53 @@
+// Shared by the attention forward tests: random inputs and the element-wise
+// tolerance check.
+#ifndef POSBIAS_TESTS_UNIT_ATTENTION_TEST_UTIL_H_
+#define POSBIAS_TESTS_UNIT_ATTENTION_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "posbias/tensor.h"
+
+namespace posbias::test {
+
+using Shape = std::vector<std::int64_t>;
+
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+
+inline Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::int64_t n = 1;
+  for (std::int64_t e : shape) n *= e;
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return Tensor::from_vector(shape, v);
+}
+
+// [b, h, len, d] data stored as [b, len, h, d] (a transposed view).
+inline Tensor random_bhld_strided(const Shape& shape, std::uint32_t seed) {
+  return random_tensor({shape[0], shape[2], shape[1], shape[3]}, seed).transpose(1, 2);
+}
+
+// |got - want| <= atol + rtol |want|, NaN only where want is NaN.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what, double atol, double rtol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const double a = got[k];
+    const double b = want[k];
+    if (std::isnan(b) ? !std::isnan(a) : !(std::fabs(a - b) <= atol + rtol * std::fabs(b))) {
+      FAIL() << what << ": element " << k << " is " << a << ", expected " << b;
+    }
+  }
+}
+
+}  // namespace posbias::test
+
+#endif  // POSBIAS_TESTS_UNIT_ATTENTION_TEST_UTIL_H_
