@@ -1,6 +1,7 @@
 """ALiBi: slopes, zeta's AlibiPositionalBias (with the corrected bottom-right
 cache) and the "ALiBi" seed's AlibiBias builder."""
 import threading
+from typing import List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -11,7 +12,7 @@ from ._library import load as _load
 _load()
 
 
-def alibi_slopes(heads, max_bias=None):
+def alibi_slopes(heads: int, max_bias: Optional[float] = None) -> torch.Tensor:
     """The ALiBi slope schedule of `heads` heads, float32 [heads]
     (2^-8(h+1)/n for a power of two, interleaved otherwise); with max_bias the
     ggml / MPT form (max_bias = 8 gives the standard schedule)."""
@@ -20,7 +21,8 @@ def alibi_slopes(heads, max_bias=None):
     return torch.ops.posbias.alibi_slopes(heads, max_bias)
 
 
-def alibi_slopes_range(total_heads, head_begin, head_end, max_bias=None):
+def alibi_slopes_range(total_heads: int, head_begin: int, head_end: int,
+                       max_bias: Optional[float] = None) -> torch.Tensor:
     """Slopes of heads [head_begin, head_end) of the total_heads schedule (a
     tensor-parallel rank's share; never the schedule of head_end - head_begin
     heads)."""
@@ -31,7 +33,7 @@ def alibi_slopes_range(total_heads, head_begin, head_end, max_bias=None):
     return torch.ops.posbias.alibi_slopes_range(total_heads, head_begin, head_end, max_bias)
 
 
-def alibi_distance_table(slopes, j):
+def alibi_distance_table(slopes: torch.Tensor, j: int) -> torch.Tensor:
     """[h, 2j - 1] float32 table for attention(bias="table"): entry
     (q_r - c) + (j - 1) holds -m_h |q_r - c| (the core's alibi_distance_table;
     not differentiable)."""
@@ -72,7 +74,8 @@ class AlibiPositionalBias(_SlopeModule):
     Slopes stay float32 (.half() does not cast them); the output has the
     module's dtype (float32 unless the module was cast) and device."""
 
-    def __init__(self, heads, total_heads=None, slopes=None, **kwargs):
+    def __init__(self, heads: int, total_heads: Optional[int] = None,
+                 slopes: Union[torch.Tensor, Sequence[float], None] = None) -> None:
         super().__init__()
         if slopes is not None:
             if isinstance(slopes, torch.Tensor):
@@ -97,26 +100,26 @@ class AlibiPositionalBias(_SlopeModule):
         self._lock = threading.Lock()
 
     @staticmethod
-    def _get_slopes(heads):
+    def _get_slopes(heads: int) -> List[float]:
         """The slope schedule as a Python list (zeta's static method)."""
         return alibi_slopes(heads).tolist()
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return self.slopes.device
 
     def _build(self, i, j):
         out = torch.ops.posbias.alibi_bias(self.slopes.cpu(), i, j, self.total_heads, self.dtype)
         return out.to(self.device)
 
-    def get_bias(self, i, j, device=None):
+    def get_bias(self, i: int, j: int, device=None) -> torch.Tensor:
         """The slope-free distances -|c - q_r|, [1, i, j], float32."""
         i = _checks.check_int("AlibiPositionalBias.get_bias: i", i)
         j = _checks.check_int("AlibiPositionalBias.get_bias: j", j)
         out = torch.ops.posbias.alibi_bias(torch.ones(1), i, j, 1, torch.float32)
         return out.to(device if device is not None else self.device)
 
-    def forward(self, i, j):
+    def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("AlibiPositionalBias: i", i)
         j = _checks.check_int("AlibiPositionalBias: j", j)
         with self._lock:
@@ -130,7 +133,7 @@ class AlibiPositionalBias(_SlopeModule):
             self.bias = out  # a request that does not fit replaces the cache
             return out
 
-    def forward_custom_pos(self, q_pos, k_pos):
+    def forward_custom_pos(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """Arbitrary positions (packed sequences, chunked prefill, context
         parallelism): [total_heads, len(q_pos), len(k_pos)],
         -m_h |k_pos[c] - q_pos[r]|. Positions are integer tensors (1-D)."""
@@ -156,7 +159,8 @@ class AlibiBias(_SlopeModule):
     float32 result, widened exactly). The cache is keyed by
     (q_len, k_len, dtype, device). The slopes are a buffer, not trained."""
 
-    def __init__(self, n_heads, causal=True, slopes=None):
+    def __init__(self, n_heads: int, causal: bool = True,
+                 slopes: Union[torch.Tensor, Sequence[float], None] = None) -> None:
         super().__init__()
         n_heads = _checks.check_int("AlibiBias: n_heads", n_heads)
         if not isinstance(causal, bool):
@@ -186,7 +190,8 @@ class AlibiBias(_SlopeModule):
                                                   k_len, dtype)
 
     @torch.no_grad()
-    def build(self, q_len, k_len, device=None, dtype=None):
+    def build(self, q_len: int, k_len: int, device=None,
+              dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         q_len = _checks.check_int("AlibiBias.build: q_len", q_len)
         k_len = _checks.check_int("AlibiBias.build: k_len", k_len)
         device = torch.device(device) if device is not None else self.slopes.device
@@ -204,7 +209,9 @@ class AlibiBias(_SlopeModule):
             self._cached_bias = bias
             return bias
 
-    def forward(self, q_len, k_len, device=None, dtype=None):
+    def forward(self, q_len: int, k_len: int, device=None,
+                dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """build(q_len, k_len, device, dtype)."""
         return self.build(q_len, k_len, device, dtype)
 
     def extra_repr(self):

@@ -1,5 +1,6 @@
 """attention(q, k, v, ...): the fused CPU attention op with a positional bias."""
 import math
+from typing import Optional, Tuple
 
 import torch
 
@@ -53,8 +54,10 @@ def check_attention_args(q, k, v, bias=None, slopes=None, table=None, dense=None
     return kind, scale
 
 
-def attention(q, k, v, bias=None, *, slopes=None, table=None, dense=None, scale=None,
-              causal=False):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[str] = None, *,
+              slopes: Optional[torch.Tensor] = None, table: Optional[torch.Tensor] = None,
+              dense: Optional[torch.Tensor] = None, scale: Optional[float] = None,
+              causal: bool = False) -> torch.Tensor:
     """Fused attention with a positional bias:
     ``softmax(scale * q @ k^T + bias, mask) @ v`` (softmax in float32).
 
@@ -75,8 +78,11 @@ def attention(q, k, v, bias=None, *, slopes=None, table=None, dense=None, scale=
     return torch.ops.posbias.attention(q, k, v, kind, slopes, table, dense, scale, causal)
 
 
-def attention_lse(q, k, v, bias=None, *, slopes=None, table=None, dense=None, scale=None,
-                  causal=False):
+def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[str] = None,
+                  *, slopes: Optional[torch.Tensor] = None,
+                  table: Optional[torch.Tensor] = None, dense: Optional[torch.Tensor] = None,
+                  scale: Optional[float] = None,
+                  causal: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """As attention(), also returning lse float32 [b, h, i]: the natural log of
     each row's softmax denominator (-inf for a row without visible keys), which
     merges partial results over key blocks (see posbias.parallel.merge_partials).
@@ -85,5 +91,6 @@ def attention_lse(q, k, v, bias=None, *, slopes=None, table=None, dense=None, sc
     return torch.ops.posbias.attention_lse(q, k, v, kind, slopes, table, dense, scale, causal)
 
 
-def default_scale(d):
+def default_scale(d: int) -> float:
+    """1 / sqrt(d), the default scale of attention()."""
     return 1.0 / math.sqrt(d)

@@ -1,4 +1,6 @@
 """zeta's DynamicPositionBias, drop-in (same parameter names), trainable."""
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -8,7 +10,8 @@ from ._library import load as _load
 _load()
 
 
-def expand_distance_table(table, i, j, dtype=None):
+def expand_distance_table(table: torch.Tensor, i: int, j: int,
+                          dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """The [h, i, j] bias of a distance table [h, n], n odd, read at its centre:
     bias[h][r][c] = table[h][(n - 1) / 2 + (q_r - c)] with q_r = j - i + r, so
     one table built for the longest sequence serves every shorter one (with
@@ -43,7 +46,7 @@ class DynamicPositionBias(nn.Module):
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]
     tensor at all), also differentiable."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         # The sizes of the torch parameters, before nn.Linear allocates them
         # (the core checks them again on every call).
@@ -60,7 +63,7 @@ class DynamicPositionBias(nn.Module):
         m = self.mlp
         return [m[0].weight, m[0].bias, m[2].weight, m[2].bias, m[4].weight, m[4].bias]
 
-    def distance_table(self, j):
+    def distance_table(self, j: int) -> torch.Tensor:
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
         j = _checks.check_int("DynamicPositionBias.distance_table: j", j)
         # One core call (and one for the backward); float32, bfloat16 or float16.
@@ -68,7 +71,7 @@ class DynamicPositionBias(nn.Module):
         _checks.check_tensor("DynamicPositionBias: mlp.0.weight", params[0])  # CPU-only
         return torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
 
-    def forward(self, i, j):
+    def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("DynamicPositionBias: i", i, minimum=0)
         j = _checks.check_int("DynamicPositionBias: j", j, minimum=0)
         if i > j:

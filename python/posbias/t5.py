@@ -21,7 +21,8 @@ class RelativePositionBias(nn.Module):
     differentiable w.r.t. the embedding; float32, bfloat16 or float16 (a
     float64 embedding is refused with TypeError)."""
 
-    def __init__(self, scale, causal=False, num_buckets=32, max_distance=128, heads=8):
+    def __init__(self, scale: float, causal: bool = False, num_buckets: int = 32,
+                 max_distance: int = 128, heads: int = 8) -> None:
         super().__init__()
         self.scale = _checks.check_float("RelativePositionBias: scale", scale, allow_none=False,
                                          finite=False)
@@ -40,7 +41,8 @@ class RelativePositionBias(nn.Module):
         self.heads = heads
         self.relative_attention_bias = nn.Embedding(self.num_buckets, heads)
 
-    def distance_table(self, j):
+    def distance_table(self, j: int) -> torch.Tensor:
+        """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds E[bucket(c - q_r)] * scale."""
         j = _checks.check_int("RelativePositionBias.distance_table: j", j)
         _checks.check_tensor("RelativePositionBias: relative_attention_bias.weight",
                              self.relative_attention_bias.weight)  # CPU-only
@@ -48,7 +50,7 @@ class RelativePositionBias(nn.Module):
                                                    self.causal, self.num_buckets,
                                                    self.max_distance, self.scale)
 
-    def forward(self, i, j):
+    def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("RelativePositionBias: i", i, minimum=0)
         j = _checks.check_int("RelativePositionBias: j", j, minimum=0)
         if i > j:

@@ -1,8 +1,13 @@
 #include "core_bridge.h"
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <memory>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace posbias::torch_bridge {
 
@@ -23,6 +28,19 @@ c10::optional<DType> core_dtype(at::ScalarType s) {
 }
 
 }  // namespace
+
+int follow_torch_threads() {
+  // at::get_num_threads() first gives this thread torch's count if it has
+  // not yet (lazy per-thread init); with torch's OpenMP backend that is
+  // already omp_get_max_threads(), with another backend it is not.
+  const int n = at::get_num_threads();
+#ifdef _OPENMP
+  if (n >= 1 && omp_get_max_threads() != n) omp_set_num_threads(n);
+  return omp_get_max_threads();
+#else
+  return n;
+#endif
+}
 
 DType dtype_of(const at::Tensor& t, const char* who, const char* name) {
   const c10::optional<DType> dt = core_dtype(t.scalar_type());
@@ -46,6 +64,14 @@ at::ScalarType scalar_of(DType dt) {
       return at::kBFloat16;
     case DType::kFloat16:
       return at::kHalf;
+    case DType::kFloat64:
+      return at::kDouble;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kUInt8:
+      return at::kByte;
+    case DType::kBool:
+      return at::kBool;
   }
   return at::kFloat;
 }

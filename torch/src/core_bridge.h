@@ -12,6 +12,11 @@
 // std::logic_error) and RuntimeError for anything else. What the core cannot
 // see (a torch dtype it has no name for, a tensor on another device) is
 // checked here: TypeError for a dtype, ValueError for a device.
+//
+// Threads: core_call() first makes the calling thread's OpenMP thread count
+// torch's (follow_torch_threads), so the core's parallel regions use what
+// torch.set_num_threads set, or torch's default, on every thread that calls
+// an op (a fresh thread's OpenMP default is every CPU, not torch's count).
 #ifndef POSBIAS_TORCH_SRC_CORE_BRIDGE_H_
 #define POSBIAS_TORCH_SRC_CORE_BRIDGE_H_
 
@@ -27,10 +32,16 @@
 
 namespace posbias::torch_bridge {
 
-// Runs f(), turning the core's exceptions into c10 errors (see the file
+// Sets this thread's OpenMP thread count (omp_get_max_threads) to torch's
+// intra-op thread count (at::get_num_threads); returns the count the core's
+// parallel regions now get (omp_get_max_threads).
+int follow_torch_threads();
+
+// Runs f() with torch's thread count, turning the core's exceptions into c10 errors (see the file
 // comment) whose message is the core's own.
 template <typename F>
 auto core_call(F&& f) -> decltype(f()) {
+  follow_torch_threads();
   try {
     return f();
   } catch (const c10::Error&) {

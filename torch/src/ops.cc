@@ -17,9 +17,20 @@
 //   requiring grad when the slopes do, and only warn at backward).
 #include <torch/library.h>
 
+#include <string>
+
+#include "core_bridge.h"
 #include "posbias/torch.h"
+#include "posbias/version.h"
 
 namespace {
+
+// The C++ library's version (CMake's project version): posbias.__version__.
+std::string library_version() { return posbias::version(); }
+
+// The OpenMP thread count the core's kernels get when an op is called from
+// this thread (torch's: see core_bridge.h); for the tests.
+int64_t num_threads() { return posbias::torch_bridge::follow_torch_threads(); }
 
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               c10::string_view bias, const c10::optional<at::Tensor>& slopes,
@@ -59,6 +70,8 @@ at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j,
 }  // namespace
 
 TORCH_LIBRARY(posbias, m) {
+  m.def("version() -> str", TORCH_FN(library_version));
+  m.def("_num_threads() -> int", TORCH_FN(num_threads));
   m.def("alibi_slopes(int heads, float? max_bias=None) -> Tensor",
         TORCH_FN(posbias::ops::alibi_slopes));
   m.def(
