@@ -1,14 +1,18 @@
-// Highway-dispatched memory probes (see baselines.h).
+// Highway-dispatched memory and FMA probes (see baselines.h).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "baselines.cc"
+// foreach_target.h before any other Highway header; the clang-format guard
+// keeps include sorting from moving it.
+// clang-format off
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format on
+
+#include "baselines.h"
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cstdint>
-
-#include "baselines.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::bench {
@@ -45,14 +49,50 @@ float SumRange(const float* HWY_RESTRICT src, std::size_t count) {
   return total;
 }
 
+// FmaPeakBaseline's loop: 12 independent recurrences a = a * m + c, which
+// the compiler must keep as written (no reassociation without -ffast-math),
+// each converging to c / (1 - m) = 1, so the values stay normal. Written out
+// rather than as an array so that all twelve stay in registers (checked
+// with objdump: vfmadd on ymm / zmm registers only, no memory operand).
+float FmaChains(std::int64_t iterations) {
+  const hn::ScalableTag<float> df;
+  const auto m = hn::Set(df, 0.999f);
+  const auto c = hn::Set(df, 0.001f);
+  auto a0 = hn::Set(df, 0.00f), a1 = hn::Set(df, 0.01f), a2 = hn::Set(df, 0.02f);
+  auto a3 = hn::Set(df, 0.03f), a4 = hn::Set(df, 0.04f), a5 = hn::Set(df, 0.05f);
+  auto a6 = hn::Set(df, 0.06f), a7 = hn::Set(df, 0.07f), a8 = hn::Set(df, 0.08f);
+  auto a9 = hn::Set(df, 0.09f), a10 = hn::Set(df, 0.10f), a11 = hn::Set(df, 0.11f);
+  for (std::int64_t k = 0; k < iterations; ++k) {
+    a0 = hn::MulAdd(a0, m, c);
+    a1 = hn::MulAdd(a1, m, c);
+    a2 = hn::MulAdd(a2, m, c);
+    a3 = hn::MulAdd(a3, m, c);
+    a4 = hn::MulAdd(a4, m, c);
+    a5 = hn::MulAdd(a5, m, c);
+    a6 = hn::MulAdd(a6, m, c);
+    a7 = hn::MulAdd(a7, m, c);
+    a8 = hn::MulAdd(a8, m, c);
+    a9 = hn::MulAdd(a9, m, c);
+    a10 = hn::MulAdd(a10, m, c);
+    a11 = hn::MulAdd(a11, m, c);
+  }
+  const auto sum = hn::Add(
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
+      hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
+// Bits of the dispatched target's float vectors, and its name.
+int FmaVectorBits() { return static_cast<int>(hn::Lanes(hn::ScalableTag<float>()) * 32); }
+const char* FmaTargetName() { return hwy::TargetName(HWY_TARGET); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace posbias::bench
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <omp.h>
-
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +102,9 @@ namespace posbias::bench {
 
 HWY_EXPORT(FillRange);
 HWY_EXPORT(SumRange);
+HWY_EXPORT(FmaChains);
+HWY_EXPORT(FmaVectorBits);
+HWY_EXPORT(FmaTargetName);
 
 namespace {
 void fill(void* dst, std::size_t bytes, bool stream) {
@@ -110,9 +153,29 @@ SgemmBaseline::SgemmBaseline(int n) : n_(n) {
 }
 
 void SgemmBaseline::operator()() {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, n_, 1.0f, a_.data(), n_,
-              b_.data(), n_, 0.0f, c_.data(), n_);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, n_, 1.0f, a_.data(), n_, b_.data(),
+              n_, 0.0f, c_.data(), n_);
 }
+
+static_assert(FmaPeakBaseline::kFmaChains == 12, "FmaChains writes out 12 chains");
+
+FmaPeakBaseline::FmaPeakBaseline(long long iterations) : iterations_(iterations) {}
+
+void FmaPeakBaseline::operator()() {
+  double flops = 0;
+  float total = 0;
+#pragma omp parallel reduction(+ : flops, total)
+  {
+    total += HWY_DYNAMIC_DISPATCH(FmaChains)(iterations_);
+    flops += 2.0 * kFmaChains * static_cast<double>(iterations_) * (vector_bits() / 32);
+  }
+  flops_ = flops;
+  sink_ += total;
+}
+
+int FmaPeakBaseline::vector_bits() const { return HWY_DYNAMIC_DISPATCH(FmaVectorBits)(); }
+
+std::string FmaPeakBaseline::target() const { return HWY_DYNAMIC_DISPATCH(FmaTargetName)(); }
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
@@ -121,8 +184,8 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-std::vector<std::vector<double>> time_interleaved(
-    const std::vector<std::function<void()>>& fns, int warmup, int repetitions) {
+std::vector<std::vector<double>> time_interleaved(const std::vector<std::function<void()>>& fns,
+                                                  int warmup, int repetitions) {
   for (int w = 0; w < warmup; ++w) {
     for (const auto& fn : fns) fn();
   }

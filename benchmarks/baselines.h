@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace posbias::bench {
@@ -35,6 +36,34 @@ class SgemmBaseline {
   std::vector<float> a_, b_, c_;
 };
 
+// The float32 FMA peak of the machine as this process sees it: a loop of
+// fused multiply-adds on kFmaChains independent vector accumulators held in
+// registers (no loads or stores inside the loop), on every OpenMP thread at
+// the widest vectors Highway dispatches to (HWY_DYNAMIC_DISPATCH: AVX2's 256
+// bits here, 512 on an AVX-512 or AVX10 machine). 12 chains cover an FMA
+// latency of 4 or 5 cycles times the 2 FMA pipes of a current x86 core (and
+// fit AVX2's 16 registers with the two constants), so the loop runs at the
+// pipes' throughput. An attention kernel's GFLOP/s are judged against it.
+// Like SgemmBaseline, each call is one run, so that it can be interleaved
+// with the case it judges in time_interleaved.
+class FmaPeakBaseline {
+ public:
+  static constexpr int kFmaChains = 12;
+  // Each thread runs `iterations` steps of kFmaChains vector FMAs a call.
+  explicit FmaPeakBaseline(long long iterations = 4000000);
+  void operator()();  // one run on all threads
+  // Floating-point operations of the last run (2 per FMA lane, all threads).
+  double flops() const { return flops_; }
+  int vector_bits() const;              // of the dispatched target's float vectors
+  std::string target() const;           // Highway's name of the dispatched target ("AVX2")
+  float sink() const { return sink_; }  // keeps the results alive
+
+ private:
+  long long iterations_;
+  double flops_ = 0;
+  float sink_ = 0;
+};
+
 // The same with ordinary stores (what a fill of cache-resident data costs).
 void store_fill(void* dst, std::size_t bytes);
 
@@ -44,8 +73,8 @@ double median(std::vector<double> values);
 // Runs each function `warmup` times untimed, then `repetitions` rounds in
 // which every function runs once, interleaved (so drift and noise hit all of
 // them alike); returns each function's times in milliseconds.
-std::vector<std::vector<double>> time_interleaved(
-    const std::vector<std::function<void()>>& fns, int warmup, int repetitions);
+std::vector<std::vector<double>> time_interleaved(const std::vector<std::function<void()>>& fns,
+                                                  int warmup, int repetitions);
 
 }  // namespace posbias::bench
 

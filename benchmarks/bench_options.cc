@@ -34,6 +34,9 @@ void add_bench_arguments(CLI::App& app, BenchArgs& args) {
   posbias::cli::add_int64_option(app, "--warmup", args.options.warmup, "Untimed runs first (>= 0)")
       ->default_str(std::to_string(args.options.warmup));
   app.add_flag("--quick", args.options.quick, "Smaller sizes (to test the harness)");
+  app.add_option("--only", args.options.only,
+                 "Only the cases whose name contains this text (cases timed together with one "
+                 "of them still run, to keep their same-run baselines)");
 }
 
 void check_bench_args(const BenchArgs& args) {
@@ -58,6 +61,10 @@ std::vector<std::string> bench_command_line(const BenchArgs& args) {
                                     std::to_string(args.options.warmup)};
   if (args.options.json) words.push_back("--json");
   if (args.options.quick) words.push_back("--quick");
+  if (!args.options.only.empty()) {
+    words.push_back("--only");
+    words.push_back(args.options.only);
+  }
   return words;
 }
 

@@ -13,10 +13,17 @@
 namespace posbias::bench {
 
 struct BenchOptions {
-  int repetitions = 11;   // timed runs per case (median reported)
-  int warmup = 2;         // untimed runs first
-  bool json = false;      // JSON lines instead of a table
-  bool quick = false;     // smaller sizes (for tests of the harness itself)
+  int repetitions = 11;  // timed runs per case (median reported)
+  int warmup = 2;        // untimed runs first
+  bool json = false;     // JSON lines instead of a table
+  bool quick = false;    // smaller sizes (for tests of the harness itself)
+  std::string only;      // report only the cases whose name contains it ("": all)
+
+  /// Whether the case `name` is reported (a suite skips groups of cases
+  /// timed together when none of them is).
+  bool wants(const std::string& name) const {
+    return only.empty() || name.find(only) != std::string::npos;
+  }
 };
 
 /// A suite and its options, as given on the command line.
@@ -35,8 +42,8 @@ std::string suite_list();
 /// The one-line description of the bench command, naming the suites.
 std::string bench_description();
 
-/// Registers the positional suite and --json, --repetitions, --warmup and
-/// --quick on `app` (a subcommand or a program's own app), storing into
+/// Registers the positional suite and --json, --repetitions, --warmup,
+/// --quick and --only on `app` (a subcommand or a program's own app), storing into
 /// `args`, with the footer that explains the report.
 void add_bench_arguments(CLI::App& app, BenchArgs& args);
 

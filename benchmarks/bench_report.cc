@@ -43,7 +43,8 @@ nlohmann::ordered_json json_number(double v) {
 }  // namespace
 
 // One line per case; the keys in a fixed order (case, median_ms, baselines,
-// the extra figures, threads, note, and error when there is one), strings
+// the extra figures, threads, note, target and target_met, and error when
+// there is one), strings
 // escaped by nlohmann::json.
 void print_json(const CaseResult& r, std::ostream& out) {
   nlohmann::ordered_json line;
@@ -55,6 +56,10 @@ void print_json(const CaseResult& r, std::ostream& out) {
   for (const auto& [k, v] : r.extra) line[k] = json_number(v);
   line["threads"] = omp_get_max_threads();
   line["note"] = r.note;
+  if (!r.target.empty()) {
+    line["target"] = r.target;
+    line["target_met"] = r.target_met ? nlohmann::ordered_json(*r.target_met) : nullptr;
+  }
   if (!r.error.empty()) line["error"] = r.error;
   // replace: a note quoting a path that is not UTF-8 must not throw.
   out << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
@@ -85,6 +90,10 @@ void print_table(const std::vector<CaseResult>& rs, std::ostream& out) {
     }
     for (const auto& [k, v] : r.extra) out << "    " << k << " = " << format_number(v) << "\n";
     out << "    " << r.note << "\n";
+    if (!r.target.empty()) {
+      out << "    target: " << r.target
+          << (r.target_met ? (*r.target_met ? " (met)" : " (NOT met)") : "") << "\n";
+    }
     if (!r.error.empty()) out << "    ERROR: " << r.error << "\n";
   }
   out << "(" << omp_get_max_threads() << " threads; medians; ratio: how much faster or slower "

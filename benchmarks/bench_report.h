@@ -11,7 +11,8 @@
 namespace posbias::bench {
 
 /// One line: case, median_ms, baselines, the extra figures, threads, note,
-/// and error when there is one (figures that are not finite are null).
+/// target and target_met when the case has a target, and error when there
+/// is one (figures that are not finite are null).
 void print_json(const CaseResult& r, std::ostream& out);
 
 /// A table: each case's baselines with how much faster or slower it is,

@@ -1,95 +1,21 @@
 #include "bench_suite.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <memory>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 #include "baselines.h"
 #include "bench_report.h"
-#include "child_measure.h"
 #include "posbias/alibi.h"
-#include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
 #include "posbias/slopes.h"
 #include "posbias/tensor.h"
+#include "suite_common.h"
 
 namespace posbias::bench {
 namespace {
-
-std::string dtype_tag(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "f32";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat16:
-      return "f16";
-  }
-  return "?";
-}
-
-double gbps(std::size_t bytes, double ms) {
-  return ms > 0 ? static_cast<double>(bytes) / ms / 1e6 : 0.0;
-}
-
-// Runs a PyTorch peer script of benchmarks/ with /usr/bin/python3 (or
-// $POSBIAS_PEER_PYTHON) and `args` (shell words); returns its JSON line, or "" with `why` set when
-// Python or torch is missing (the peer is optional: torch is not a build
-// dependency).
-// `text` in single quotes for /bin/sh (a path with spaces or quotes stays
-// one word).
-std::string shell_quote(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-std::string run_peer(const std::string& script, const std::string& args, std::string* why) {
-#ifdef POSBIAS_BENCH_DIR
-  const char* env = std::getenv("POSBIAS_PEER_PYTHON");
-  const std::string python = env ? env : "/usr/bin/python3";
-  const std::string cmd = shell_quote(python) + " " +
-                          shell_quote(std::string(POSBIAS_BENCH_DIR) + "/" + script) + " " + args +
-                          " 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  if (!pipe) {
-    *why = "could not start " + python;
-    return "";
-  }
-  std::string text;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) text += buf;
-  // The last line is the peer's JSON object.
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  const std::size_t line_start = text.find_last_of('\n');
-  text = line_start == std::string::npos ? text : text.substr(line_start + 1);
-  if (text.empty() || text.front() != '{') {
-    *why = "PyTorch peer unavailable (" + python + " without torch?)";
-    return "";
-  }
-  return text;
-#else
-  (void)script;
-  (void)args;
-  *why = "PyTorch peer scripts not found in this installation";
-  return "";
-#endif
-}
-
-// The number under `key` in a peer's JSON line, or -1 when the line does not
-// parse or has no such number.
-double json_field(const std::string& text, const std::string& key) {
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object()) return -1;
-  const auto it = doc.find(key);
-  return it != doc.end() && it->is_number() ? it->get<double>() : -1;
-}
 
 // The ALiBi peer (peer_alibi.py) at one size and dtype, run once and kept
 // for every case that reads it; nothing when options.quick.
@@ -106,16 +32,6 @@ class AlibiPeer {
   const BenchOptions& o_;
   std::map<std::string, std::pair<std::string, std::string>> runs_;  // args -> text, why
 };
-
-// Records a PyTorch peer's median `ms` as baseline `name` ("pytorch_..._ms")
-// and its ratio as extra "speedup_vs_pytorch_..." (> 1: posbias faster).
-void add_pytorch_baseline(CaseResult& r, const std::string& name, double ms) {
-  r.baselines[name] = ms;
-  const std::string stem = name.size() > 3 && name.compare(name.size() - 3, 3, "_ms") == 0
-                               ? name.substr(0, name.size() - 3)
-                               : name;
-  r.extra["speedup_vs_" + stem] = ms / r.median_ms;
-}
 
 void AlibiPeer::add(CaseResult& r, std::int64_t heads, std::int64_t n, DType dtype,
                     const char* field, const std::string& name) {
@@ -234,6 +150,8 @@ CaseResult cache_hit_case(std::int64_t heads, std::int64_t n_small, std::int64_t
   return r;
 }
 
+}  // namespace
+
 std::vector<CaseResult> alibi_suite(const BenchOptions& o) {
   const std::int64_t n = o.quick ? 1024 : 4096;
   std::vector<CaseResult> out;
@@ -246,6 +164,8 @@ std::vector<CaseResult> alibi_suite(const BenchOptions& o) {
   out.push_back(cache_hit_case(16, 256, n, o));
   return out;
 }
+
+namespace {
 
 // The naive path of the DPB table: the MLP evaluated one distance at a
 // time with plain loops (what a straightforward port does).
@@ -275,6 +195,8 @@ void naive_dpb_table(const DynamicPositionBias& m, std::int64_t j, std::vector<f
     }
   }
 }
+
+}  // namespace
 
 std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   const std::int64_t dim = 64, heads = 8;
@@ -385,209 +307,6 @@ std::vector<CaseResult> dpb_suite(const BenchOptions& o) {
   return out;
 }
 
-// Deterministic pseudo-random values in [-1, 1) (a 64-bit LCG).
-Tensor random_tensor(const std::vector<std::int64_t>& shape, std::uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kFloat32);
-  float* p = t.mutable_data<float>();
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::int64_t k = 0; k < t.numel(); ++k) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    p[k] = static_cast<float>(static_cast<double>(x >> 40) * 0x1p-23 - 1.0);
-  }
-  return t;
-}
-
-struct AttentionInputs {
-  Tensor q, k, v;
-};
-
-AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
-                                 std::int64_t d) {
-  return {random_tensor({1, h, i, d}, 1), random_tensor({1, hk, j, d}, 2),
-          random_tensor({1, hk, j, d}, 3)};
-}
-
-// Peak resident memory of attention at [1, h, n, n, d] (causal ALiBi), run
-// in a child process so that nothing else this process holds counts
-// (child_measure.h): a small call first (code pages, OpenMP threads), then
-// the peak restarts, q, k, v are allocated and the call is made. Returns
-// {peak bytes above the child's RSS before the inputs, or -1 with `error`
-// set; bytes of q, k, v and out}.
-std::pair<double, double> attention_peak_memory(std::int64_t h, std::int64_t n, std::int64_t d,
-                                                std::string* error) {
-  const double io = 4.0 * static_cast<double>(h * n * d) * sizeof(float);
-  const ChildResult run = run_in_child([&](ChildReport& report) {
-    AttentionOptions opt;
-    opt.causal = true;
-    {
-      AttentionInputs small = attention_inputs(h, h, 64, 64, d);
-      Tensor warm =
-          attention_forward(small.q, small.k, small.v, AttentionBias::alibi(alibi_slopes(h)), opt);
-    }
-    report.restart_peak();
-    AttentionInputs in = attention_inputs(h, h, n, n, d);
-    Tensor out = attention_forward(in.q, in.k, in.v, AttentionBias::alibi(alibi_slopes(h)), opt);
-    if (out.numel() == 0) throw std::runtime_error("empty output");
-  });
-  if (!run.ok || run.peak_growth < 0) {
-    *error = run.ok ? "could not read /proc/self/status" : run.error;
-    return {-1, io};
-  }
-  return {run.peak_growth, io};
-}
-
-std::vector<CaseResult> attention_suite(const BenchOptions& o) {
-  std::vector<CaseResult> out;
-  const std::int64_t h = 16, d = 64, n = o.quick ? 512 : 2048;
-  const std::string shape = "_h16_n" + std::to_string(n) + "_d64";
-  const std::vector<float> slopes = alibi_slopes(h);
-  {
-    // Memory first, while this process is small.
-    const std::int64_t nm = o.quick ? 2048 : 16384;
-    CaseResult r;
-    const auto [peak, io] = attention_peak_memory(h, nm, d, &r.error);
-    r.name = "memory_h16_n" + std::to_string(nm) + "_d64";
-    r.median_ms = 0;
-    r.extra["peak_bytes"] = peak;
-    r.extra["io_bytes"] = io;
-    r.extra["peak_over_io"] = peak / io;
-    r.baselines["io_bytes_times_1.2_plus_64MiB"] = std::floor(1.2 * io) + 64.0 * (1 << 20);
-    r.note =
-        "peak RSS (VmHWM) of one causal ALiBi call in a child process above its VmRSS "
-        "before the inputs were allocated; io = q, k, v, out";
-    // q, k, v and out are resident together: a smaller peak is a broken
-    // measurement, not a good result.
-    if (r.error.empty() && peak < io) {
-      r.error = "peak_bytes < io_bytes: the peak memory measurement is broken";
-    }
-    out.push_back(r);
-  }
-  AttentionInputs in = attention_inputs(h, h, n, n, d);
-  Tensor dpb_table = DynamicPositionBias(16, h, 0).distance_table(n);
-  AttentionOptions causal;
-  causal.causal = true;
-  AttentionOptions noncausal;
-  const auto run = [&](const AttentionBias& b, const AttentionOptions& opt) {
-    return [&in, b, opt] { Tensor r = attention_forward(in.q, in.k, in.v, b, opt); };
-  };
-  const auto t = time_interleaved(
-      {run(AttentionBias::alibi(slopes), causal), run(AttentionBias::none(), causal),
-       run(AttentionBias::distance_table(dpb_table), causal),
-       run(AttentionBias::alibi(slopes), noncausal)},
-      o.warmup, o.repetitions);
-  const double alibi_ms = median(t[0]), none_ms = median(t[1]), table_ms = median(t[2]),
-               nc_ms = median(t[3]);
-  // The sgemm roofline of the non-causal case: in the same run, right after
-  // the attention rounds, but not interleaved with them. Interleaved (even
-  // with a 300 ms pause after each sgemm for OpenBLAS's worker, which spins
-  // for about 0.1 s after a call), it slowed the attention calls of the same
-  // rounds: causal ALiBi 82-109 ms against 73-76 ms without it, no bias
-  // 75-98 against 73-76 (three alternated runs), which would distort the
-  // ALiBi / no-bias ratios this suite exists for.
-  SgemmBaseline sgemm(static_cast<int>(n));
-  const double sgemm_gflops =
-      sgemm.flops() /
-      (median(time_interleaved({[&sgemm] { sgemm(); }}, 1, std::max(3, o.repetitions / 2))[0]) *
-       1e6);
-  std::string why;
-  const std::string peer =
-      o.quick ? ""
-              : run_peer("peer_attention.py",
-                         "--heads 16 -n " + std::to_string(n) + " -d 64 --causal --reps 3", &why);
-  const double peer_ms = peer.empty() ? -1 : json_field(peer, "median_ms");
-  const double flops_full = 4.0 * static_cast<double>(h * n * n * d);
-  {
-    CaseResult r;
-    r.name = "attention_alibi_causal" + shape;
-    r.median_ms = alibi_ms;
-    r.baselines["no_bias"] = none_ms;
-    r.extra["alibi_cost_over_no_bias"] = alibi_ms / none_ms - 1.0;
-    if (peer_ms > 0) {
-      r.baselines["pytorch"] = peer_ms;
-      r.extra["speedup_vs_pytorch"] = peer_ms / alibi_ms;
-    }
-    r.note = "b 1, causal ALiBi, float32; pytorch = matmul + materialised bias + softmax" +
-             (peer.empty() && !o.quick ? "; " + why : std::string());
-    out.push_back(r);
-  }
-  {
-    CaseResult r;
-    r.name = "attention_none_causal" + shape;
-    r.median_ms = none_ms;
-    r.baselines["alibi"] = alibi_ms;
-    r.extra["gflops"] = flops_full / 2 / (none_ms * 1e6);
-    r.note = "the same kernel without a bias (causal: about half the flops of 4 b h i j d)";
-    out.push_back(r);
-  }
-  {
-    CaseResult r;
-    r.name = "attention_table_causal" + shape;
-    r.median_ms = table_ms;
-    r.baselines["no_bias"] = none_ms;
-    r.extra["table_cost_over_no_bias"] = table_ms / none_ms - 1.0;
-    r.note = "a DynamicPositionBias distance table [h, 2j - 1]";
-    out.push_back(r);
-  }
-  {
-    CaseResult r;
-    r.name = "attention_alibi_noncausal" + shape;
-    r.median_ms = nc_ms;
-    r.extra["gflops"] = flops_full / (nc_ms * 1e6);
-    r.baselines["sgemm_gflops"] = sgemm_gflops;
-    r.extra["fraction_of_sgemm"] = r.extra["gflops"] / sgemm_gflops;
-    r.note =
-        "non-causal ALiBi; gflops = 4 b h i j d / time; sgemm_gflops = OpenBLAS on n x n "
-        "(GFLOP/s, not ms), timed right after the attention rounds";
-    out.push_back(r);
-  }
-  {
-    // Decode: one query against a long KV cache; judged by the bandwidth of
-    // reading K and V.
-    const std::int64_t hd = 32, jd = o.quick ? 4096 : 32768, dd = 128;
-    const std::vector<float> s32 = alibi_slopes(hd);
-    volatile float sink = 0;
-    // One decode against hk kv heads, interleaved with a read of its K and V
-    // bytes: the case's median and gbps, and the read's read_gbps.
-    const auto decode_case = [&](std::int64_t hk, const std::string& name) {
-      AttentionInputs dec = attention_inputs(hd, hk, 1, jd, dd);
-      const std::size_t bytes = 2 * static_cast<std::size_t>(hk * jd * dd) * sizeof(float);
-      const auto td = time_interleaved({[&] {
-                                          Tensor o_dec =
-                                              attention_forward(dec.q, dec.k, dec.v,
-                                                                AttentionBias::alibi(s32), causal);
-                                        },
-                                        [&] {
-                                          sink = sink + stream_read(dec.k.raw_data(), bytes / 2) +
-                                                 stream_read(dec.v.raw_data(), bytes / 2);
-                                        }},
-                                       o.warmup, o.repetitions);
-      CaseResult r;
-      r.name = name;
-      r.median_ms = median(td[0]);
-      r.extra["gbps"] = gbps(bytes, r.median_ms);
-      r.baselines["read_gbps"] = gbps(bytes, median(td[1]));
-      r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
-      return r;
-    };
-    CaseResult r = decode_case(hd, "decode_alibi_h32_n" + std::to_string(jd) + "_d128");
-    r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
-    out.push_back(r);
-
-    // The same decode with grouped-query attention (8 kv heads for the 32
-    // query heads, as Llama-2-70B and Mistral): a quarter of the bytes.
-    CaseResult g = decode_case(8, "decode_gqa_alibi_h32_hk8_n" + std::to_string(jd) + "_d128");
-    g.baselines["multi_head_ms"] = r.median_ms;
-    g.extra["speedup_over_multi_head"] = r.median_ms / g.median_ms;
-    g.note =
-        "i = 1, 32 query heads on 8 kv heads; read_gbps = reading its K and V bytes; "
-        "multi_head_ms = the case above (hk 32), not interleaved with this one";
-    out.push_back(g);
-  }
-  return out;
-}
-
-}  // namespace
-
 std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& options,
                                   std::ostream& out) {
   if (options.repetitions < 1 || options.warmup < 0) {
@@ -606,6 +325,9 @@ std::vector<CaseResult> run_suite(const std::string& suite, const BenchOptions& 
     throw std::invalid_argument("unknown benchmark suite '" + suite + "' (known: " + suite_list() +
                                 ")");
   }
+  results.erase(std::remove_if(results.begin(), results.end(),
+                               [&](const CaseResult& r) { return !options.wants(r.name); }),
+                results.end());
   if (options.json) {
     for (const CaseResult& r : results) print_json(r, out);
   } else {

@@ -1,0 +1,69 @@
+// What the attention suite's case files share (attention_suite.cc: memory
+// and prefill; decode_cases.cc: decode against a KV cache): inputs, the
+// visible (query, key) pairs that set a case's flops, the same-run FMA peak
+// every case's GFLOP/s are judged against, and the issues' targets.
+#ifndef POSBIAS_BENCHMARKS_ATTENTION_CASES_H_
+#define POSBIAS_BENCHMARKS_ATTENTION_CASES_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "baselines.h"
+#include "bench_options.h"
+#include "bench_suite.h"
+#include "posbias/dtype.h"
+#include "posbias/tensor.h"
+
+namespace posbias::bench {
+
+struct AttentionInputs {
+  Tensor q, k, v;
+};
+
+// Deterministic q [1, h, i, d] float32 and k, v [1, hk, j, d] in kv_dtype.
+AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
+                                 std::int64_t d, DType kv_dtype = DType::kFloat32);
+
+// Visible (query, key) pairs of one (batch, head) with i rows and j keys:
+// row r sits at q_offset + r and sees keys c in [pos - left, pos + right]
+// inside [0, j) (-1: unbounded on that side; causal is right = 0). The sum
+// over rows, exactly (causal i = j = n: n (n + 1) / 2).
+double visible_pairs(std::int64_t i, std::int64_t j, std::int64_t q_offset, std::int64_t left,
+                     std::int64_t right);
+
+// r.extra["gflops"] = flops / time (flops: 4 d per visible pair, per head
+// and batch).
+void set_gflops(CaseResult& r, double flops);
+
+// The target for the case, in words, and whether this run met it.
+void set_target(CaseResult& r, const std::string& text, bool met);
+
+// The same-run FMA peak (FmaPeakBaseline): runs interleaved with the cases'
+// rounds (run()), their times kept (record()); judge() gives every case
+// with a "gflops" the median peak as baseline fma_peak_gflops and its
+// fraction_of_fma_peak (measuring the probe on its own first when no round
+// ran it).
+class FmaPeak {
+ public:
+  explicit FmaPeak(const BenchOptions& o)
+      : probe_(o.quick ? 500000 : 4000000), warmup_(o.warmup), repetitions_(o.repetitions) {}
+  std::function<void()> run();
+  void record(const std::vector<double>& times_ms);
+  void judge(std::vector<CaseResult>& cases);
+  std::string describe() const;  // for the notes
+
+ private:
+  FmaPeakBaseline probe_;
+  int warmup_, repetitions_;
+  std::vector<double> gflops_;
+};
+
+// Decode against a long KV cache (i = 1): multi-head, grouped-query and
+// 16-bit caches, each against a same-run read of its bytes.
+void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
+
+}  // namespace posbias::bench
+
+#endif  // POSBIAS_BENCHMARKS_ATTENTION_CASES_H_
