@@ -71,11 +71,18 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
         {"dpb_table_d64_h8_n1024", {"naive"}, {"speedup_vs_naive"}},
         {"dpb_backward_d64_h8_n512", {"read"}, {"fraction_of_read"}}}},
       {"attention",
-       {{"attention_alibi_causal_h16_n512_d64", {"no_bias"}, {"alibi_cost_over_no_bias"}},
-        {"attention_none_causal_h16_n512_d64", {"alibi"}, {"gflops"}},
+       {{"attention_alibi_causal_h16_n512_d64",
+         {"no_bias", "fma_peak_gflops"},
+         {"alibi_cost_over_no_bias", "gflops", "fraction_of_fma_peak"}},
+        {"attention_none_causal_h16_n512_d64", {"alibi", "fma_peak_gflops"}, {"gflops"}},
         {"attention_table_causal_h16_n512_d64", {"no_bias"}, {"table_cost_over_no_bias"}},
-        {"attention_alibi_noncausal_h16_n512_d64", {"sgemm_gflops"}, {"gflops"}},
-        {"decode_alibi_h32_n4096_d128", {"read_gbps"}, {"gbps"}},
+        {"attention_alibi_noncausal_h16_n512_d64",
+         {"sgemm_gflops", "fma_peak_gflops"},
+         {"gflops", "fraction_of_fma_peak"}},
+        {"decode_alibi_h32_n4096_d128", {"read_gbps", "fma_peak_gflops"}, {"gbps", "gflops"}},
+        {"decode_gqa_alibi_h32_hk8_n4096_d128", {"read_gbps", "multi_head_ms"}, {"gbps"}},
+        {"decode_alibi_h32_n4096_d128_f16kv", {"read_gbps", "f32kv"}, {"fraction_of_read"}},
+        {"decode_alibi_h32_n4096_d128_bf16kv", {"read_gbps", "f32kv"}, {"fraction_of_read"}},
         {"memory_h16_n2048_d64", {}, {"peak_bytes", "io_bytes"}}}},
   };
   for (const BenchSuiteCases& suite : suites) {
@@ -99,6 +106,10 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
       for (const std::string& b : baselines) {
         EXPECT_TRUE(doc.at("baselines").contains(b) && positive(doc["baselines"][b])) << b << doc;
       }
+      // A case with a target says whether this run met it.
+      if (doc.contains("target")) {
+        EXPECT_TRUE(doc["target"].is_string() && doc.at("target_met").is_boolean()) << doc;
+      }
       for (const std::string& e : extra) {
         ASSERT_TRUE(doc.contains(e)) << e << doc;
         if (e.find("_cost_over_") != std::string::npos) {  // a difference: any sign
@@ -111,6 +122,17 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
   }
 }
 
+
+// --only reports the cases whose name contains the text, and nothing else.
+TEST(Cli, BenchOnlyReportsTheNamedCases) {
+  const ProcessResult run = run_ok({"bench", "attention", "--quick", "--json", "--repetitions", "1",
+                                    "--warmup", "0", "--only", "decode_gqa"});
+  const std::vector<std::string> lines = lines_of(run.out);
+  ASSERT_EQ(lines.size(), 1u) << run.out;
+  const json doc = json::parse(lines[0]);
+  EXPECT_EQ(doc.at("case"), "decode_gqa_alibi_h32_hk8_n4096_d128") << doc;
+  EXPECT_TRUE(doc.at("baselines").contains("fma_peak_gflops")) << doc;
+}
 
 // posbias bench runs posbias-bench from beside its own executable: a copy
 // of the tool in a folder without it exits 2 with one line that says how to
