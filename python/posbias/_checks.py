@@ -39,7 +39,7 @@ def check_tensor(name, t, dtypes=None, ndim=None, cpu=True):
         raise TypeError(f"posbias: {name} must be a torch.Tensor, got {type(t).__name__}")
     if cpu and t.device.type != "cpu":
         raise ValueError(f"posbias: {name} is on {t.device}; the posbias ops run on the CPU "
-                         f"(move it with .cpu())")
+                         f"(posbias is CPU-only: move it with .cpu())")
     if dtypes is not None and t.dtype not in dtypes:
         allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"posbias: {name} has dtype {str(t.dtype).replace('torch.', '')}; "

@@ -28,12 +28,20 @@ def expand_distance_table(table: torch.Tensor, i: int, j: int,
 
 
 class DynamicPositionBias(nn.Module):
-    """zeta's DynamicPositionBias(dim, heads), drop-in.
+    """zeta's DynamicPositionBias(dim, heads), and x-transformers'
+    DynamicPositionBias(dim, heads=, depth=, log_distance=False, norm=False),
+    drop-in.
 
-    mlp = Sequential(Linear(1, dim), SiLU, Linear(dim, dim), SiLU,
-    Linear(dim, heads)) (state-dict names mlp.0/2/4.weight/bias, so zeta state
-    dicts load). forward(i, j), 0 <= i <= j, returns [heads, i, j] with
-    bias[h][r][c] = MLP(|q_r - c|)[h], q_r = j - i + r: two core calls, the
+    zeta (depth None): mlp = Sequential(Linear(1, dim), SiLU, Linear(dim, dim),
+    SiLU, Linear(dim, heads)) over |q_r - c| (state-dict names mlp.0/2/4.weight
+    and .bias, so zeta state dicts load strict). x-transformers (depth given):
+    mlp = ModuleList([Sequential(Linear(1, dim), LayerNorm(dim) if norm else
+    Identity, SiLU), depth - 1 x Sequential(Linear(dim, dim), norm, SiLU),
+    Linear(dim, heads)]) over the signed distance q_r - c (sign(x) log(|x| + 1)
+    with log_distance); state-dict names mlp.0.0.weight ... mlp.<depth>.bias.
+
+    forward(i, j), 0 <= i <= j, returns [heads, i, j] with
+    bias[h][r][c] = MLP(distance)[h], q_r = j - i + r: two core calls, the
     core DynamicPositionBias's distance_table(j) on these parameters (the op
     dpb_distance_table; its backward the core's backward_distance_table) and
     the core's expansion (expand_distance_table; its backward the core's
@@ -46,22 +54,43 @@ class DynamicPositionBias(nn.Module):
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]
     tensor at all), also differentiable."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, depth: Optional[int] = None,
+                 log_distance: bool = False, norm: bool = False) -> None:
         super().__init__()
         # The sizes of the torch parameters, before nn.Linear allocates them
         # (the core checks them again on every call).
         dim = _checks.check_int("DynamicPositionBias: dim", dim, minimum=1)
         heads = _checks.check_int("DynamicPositionBias: heads", heads, minimum=1)
+        for name, flag in (("log_distance", log_distance), ("norm", norm)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"posbias: DynamicPositionBias: {name} must be a bool, got "
+                                f"{type(flag).__name__}")
         self.dim = dim
         self.heads = heads
-        self.mlp = nn.Sequential(
-            nn.Linear(1, dim), nn.SiLU(),
-            nn.Linear(dim, dim), nn.SiLU(),
-            nn.Linear(dim, heads))
+        self.depth = depth
+        self.log_distance = log_distance
+        self.norm = norm
+        if depth is None:  # zeta
+            if log_distance or norm:
+                raise ValueError("posbias: DynamicPositionBias: log_distance and norm belong to "
+                                 "the x-transformers variant: give depth as well")
+            self.mlp = nn.Sequential(
+                nn.Linear(1, dim), nn.SiLU(),
+                nn.Linear(dim, dim), nn.SiLU(),
+                nn.Linear(dim, heads))
+            return
+        depth = _checks.check_int("DynamicPositionBias: depth", depth, minimum=1)
+        self.depth = depth
+
+        def block(n_in):
+            return nn.Sequential(nn.Linear(n_in, dim), nn.LayerNorm(dim) if norm else nn.Identity(),
+                                 nn.SiLU())
+
+        self.mlp = nn.ModuleList([block(1)] + [block(dim) for _ in range(depth - 1)] +
+                                 [nn.Linear(dim, heads)])
 
     def _params(self):
-        m = self.mlp
-        return [m[0].weight, m[0].bias, m[2].weight, m[2].bias, m[4].weight, m[4].bias]
+        return list(self.mlp.parameters())  # state-dict order, as the op takes them
 
     def distance_table(self, j: int) -> torch.Tensor:
         """[heads, 2j - 1]: entry (q_r - c) + (j - 1) holds MLP(|q_r - c|)."""
@@ -69,7 +98,9 @@ class DynamicPositionBias(nn.Module):
         # One core call (and one for the backward); float32, bfloat16 or float16.
         params = self._params()
         _checks.check_tensor("DynamicPositionBias: mlp.0.weight", params[0])  # CPU-only
-        return torch.ops.posbias.dpb_distance_table(params, j, "zeta", False, False, 1e-5)
+        variant = "zeta" if self.depth is None else "x-transformers"
+        return torch.ops.posbias.dpb_distance_table(params, j, variant, self.log_distance,
+                                                    self.norm, 1e-5)
 
     def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("DynamicPositionBias: i", i, minimum=0)
@@ -83,4 +114,7 @@ class DynamicPositionBias(nn.Module):
         return expand_distance_table(self.distance_table(j), i, j)
 
     def extra_repr(self):
-        return f"dim={self.dim}, heads={self.heads}"
+        if self.depth is None:
+            return f"dim={self.dim}, heads={self.heads}"
+        return (f"dim={self.dim}, heads={self.heads}, depth={self.depth}, "
+                f"log_distance={self.log_distance}, norm={self.norm}")

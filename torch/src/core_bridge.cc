@@ -79,7 +79,8 @@ at::ScalarType scalar_of(DType dt) {
 void check_cpu(const at::Tensor& t, const char* who, const char* name) {
   TORCH_CHECK_VALUE(t.defined(), "posbias.", who, ": ", name, " is undefined");
   TORCH_CHECK_VALUE(t.device().is_cpu(), "posbias.", who, ": ", name,
-                    " must be a CPU tensor, got one on ", t.device());
+                    " must be a CPU tensor, got one on ", t.device(),
+                    " (posbias is CPU-only: move it with .cpu())");
 }
 
 Tensor view_of(const at::Tensor& t, DType dt) {
