@@ -14,6 +14,12 @@ def shape_str(t):
 
 
 def check_int(name, value, minimum=None):
+    # A 0-d integer tensor is a length too: torch.jit.trace gives x.shape[i]
+    # as one (the traced graph then holds the value it had when traced).
+    if (isinstance(value, torch.Tensor) and value.dim() == 0 and
+            not value.is_floating_point() and not value.is_complex() and
+            value.dtype != torch.bool):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"posbias: {name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)

@@ -122,6 +122,8 @@ class AlibiPositionalBias(_SlopeModule):
     def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("AlibiPositionalBias: i", i)
         j = _checks.check_int("AlibiPositionalBias: j", j)
+        if torch.jit.is_tracing():  # the op in the graph, not a constant of the cache
+            return self._build(i, j)
         with self._lock:
             cached = self.bias
             if (cached is not None and cached.dtype == self.dtype and

@@ -15,11 +15,15 @@
 //   kernel itself, so that their result never requires grad on any torch
 //   version (without one, torch 2.x's autograd fallback would mark it as
 //   requiring grad when the slopes do, and only warn at backward).
+// Meta kernels (meta_ops.h): shapes and dtypes only. A meta tensor also
+// reaches the Autograd kernels (its key is AutogradMeta): they hand it to the
+// Meta kernel, as there is nothing to differentiate.
 #include <torch/library.h>
 
 #include <string>
 
 #include "core_bridge.h"
+#include "meta_ops.h"
 #include "posbias/torch.h"
 #include "posbias/version.h"
 
@@ -37,6 +41,9 @@ at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at
                               const c10::optional<at::Tensor>& table,
                               const c10::optional<at::Tensor>& dense,
                               c10::optional<double> scale, bool causal) {
+  if (posbias::meta::is_meta(q)) {
+    return posbias::meta::attention(q, k, v, bias, slopes, table, dense, scale, causal);
+  }
   return posbias::ops::attention(q, k, v, bias, slopes, table, dense, scale, causal);
 }
 
@@ -44,27 +51,65 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_autograd(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
     const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
     const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal) {
+  if (posbias::meta::is_meta(q)) {
+    return posbias::meta::attention_lse(q, k, v, bias, slopes, table, dense, scale, causal);
+  }
   return posbias::ops::attention_lse(q, k, v, bias, slopes, table, dense, scale, causal);
 }
 
 at::Tensor expand_distance_table_autograd(const at::Tensor& table, int64_t i, int64_t j,
                                           c10::optional<at::ScalarType> dtype) {
+  if (posbias::meta::is_meta(table)) return posbias::meta::expand_distance_table(table, i, j, dtype);
   return posbias::ops::expand_distance_table(table, i, j, dtype);
 }
 
 at::Tensor reduce_distance_table_autograd(const at::Tensor& grad, int64_t n) {
+  if (posbias::meta::is_meta(grad)) return posbias::meta::reduce_distance_table(grad, n);
   return posbias::ops::reduce_distance_table(grad, n);
 }
 
 at::Tensor t5_distance_table_autograd(const at::Tensor& embedding, int64_t j, bool causal,
                                       int64_t num_buckets, int64_t max_distance, double scale) {
+  if (posbias::meta::is_meta(embedding)) {
+    return posbias::meta::t5_distance_table(embedding, j, causal, num_buckets, max_distance,
+                                            scale);
+  }
   return posbias::ops::t5_distance_table(embedding, j, causal, num_buckets, max_distance, scale);
 }
 
 at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j,
                                        c10::string_view variant, bool log_distance, bool norm,
                                        double eps) {
+  if (!params.empty() && posbias::meta::is_meta(params.front())) {
+    return posbias::meta::dpb_distance_table(params, j, variant, log_distance, norm, eps);
+  }
   return posbias::ops::dpb_distance_table(params, j, variant, log_distance, norm, eps);
+}
+
+// The ops without a backward: their Autograd kernel is the CPU kernel (see
+// the file comment), or the Meta kernel for a meta tensor.
+at::Tensor alibi_distance_table_autograd(const at::Tensor& slopes, int64_t j, bool signed_d) {
+  if (posbias::meta::is_meta(slopes)) return posbias::meta::alibi_distance_table(slopes, j, signed_d);
+  return posbias::ops::alibi_distance_table(slopes, j, signed_d);
+}
+
+at::Tensor alibi_bias_build_autograd(const at::Tensor& slopes, int64_t n_heads, bool causal,
+                                     int64_t q_len, int64_t k_len,
+                                     c10::optional<at::ScalarType> dtype) {
+  if (posbias::meta::is_meta(slopes)) {
+    return posbias::meta::alibi_bias_build(slopes, n_heads, causal, q_len, k_len, dtype);
+  }
+  return posbias::ops::alibi_bias_build(slopes, n_heads, causal, q_len, k_len, dtype);
+}
+
+at::Tensor alibi_bias_custom_pos_autograd(const at::Tensor& slopes, int64_t total_heads,
+                                          const at::Tensor& q_pos, const at::Tensor& k_pos,
+                                          c10::optional<at::ScalarType> dtype) {
+  if (posbias::meta::is_meta(slopes) || posbias::meta::is_meta(q_pos) ||
+      posbias::meta::is_meta(k_pos)) {
+    return posbias::meta::alibi_bias_custom_pos(slopes, total_heads, q_pos, k_pos, dtype);
+  }
+  return posbias::ops::alibi_bias_custom_pos(slopes, total_heads, q_pos, k_pos, dtype);
 }
 
 }  // namespace
@@ -118,10 +163,22 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("dpb_distance_table", TORCH_FN(posbias::ops::dpb_distance_table_cpu));
 }
 
+TORCH_LIBRARY_IMPL(posbias, Meta, m) {
+  m.impl("alibi_distance_table", TORCH_FN(posbias::meta::alibi_distance_table));
+  m.impl("alibi_bias_build", TORCH_FN(posbias::meta::alibi_bias_build));
+  m.impl("alibi_bias_custom_pos", TORCH_FN(posbias::meta::alibi_bias_custom_pos));
+  m.impl("attention", TORCH_FN(posbias::meta::attention));
+  m.impl("attention_lse", TORCH_FN(posbias::meta::attention_lse));
+  m.impl("expand_distance_table", TORCH_FN(posbias::meta::expand_distance_table));
+  m.impl("reduce_distance_table", TORCH_FN(posbias::meta::reduce_distance_table));
+  m.impl("t5_distance_table", TORCH_FN(posbias::meta::t5_distance_table));
+  m.impl("dpb_distance_table", TORCH_FN(posbias::meta::dpb_distance_table));
+}
+
 TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
-  m.impl("alibi_distance_table", TORCH_FN(posbias::ops::alibi_distance_table));
-  m.impl("alibi_bias_build", TORCH_FN(posbias::ops::alibi_bias_build));
-  m.impl("alibi_bias_custom_pos", TORCH_FN(posbias::ops::alibi_bias_custom_pos));
+  m.impl("alibi_distance_table", TORCH_FN(alibi_distance_table_autograd));
+  m.impl("alibi_bias_build", TORCH_FN(alibi_bias_build_autograd));
+  m.impl("alibi_bias_custom_pos", TORCH_FN(alibi_bias_custom_pos_autograd));
   m.impl("attention", TORCH_FN(attention_autograd));
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
   m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));

@@ -1,0 +1,112 @@
+"""Meta (shape-only) kernels of the ops, and torch.jit.trace of a model using
+the modules (issue 18, item 5). torch 1.13 has no torch.compile."""
+import pytest
+import torch
+from torch import nn
+
+import posbias
+
+P = torch.ops.posbias
+
+
+def meta(*shape, dtype=torch.float32):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_meta(dtype):
+    q, kv = meta(2, 8, 5, 16, dtype=dtype), meta(2, 2, 7, 16, dtype=dtype)
+    out = P.attention(q, kv, kv, "alibi", meta(8), None, None, None, True)
+    assert out.is_meta and out.shape == (2, 8, 5, 16) and out.dtype == dtype
+    out, lse = P.attention_lse(q, kv, kv, "table", None, meta(8, 13), None, 0.5, False)
+    assert out.shape == (2, 8, 5, 16) and lse.shape == (2, 8, 5) and lse.dtype == torch.float32
+    assert lse.is_meta
+    # requires_grad meta inputs go through the Autograd kernel to the same shapes.
+    qg = meta(1, 4, 3, 8).requires_grad_()
+    assert P.attention(qg, qg, qg, "none", None, None, None, None, False).shape == (1, 4, 3, 8)
+    with pytest.raises(ValueError, match=r"h % hk == 0"):
+        P.attention(meta(1, 3, 5, 16), meta(1, 2, 5, 16), meta(1, 2, 5, 16), "none", None, None,
+                    None, None, False)
+    with pytest.raises(ValueError, match="4-d"):
+        P.attention(meta(3, 5, 16), kv, kv, "none", None, None, None, None, False)
+
+
+def test_table_ops_meta():
+    t = P.expand_distance_table(meta(3, 9), 4, 5, torch.bfloat16)
+    assert t.is_meta and t.shape == (3, 4, 5) and t.dtype == torch.bfloat16
+    assert P.expand_distance_table(meta(3, 9), 4, 5, None).dtype == torch.float32
+    r = P.reduce_distance_table(meta(3, 4, 5), 9)
+    assert r.is_meta and r.shape == (3, 9)
+    dpb = posbias.DynamicPositionBias(16, 4).to("meta")
+    t = P.dpb_distance_table(list(dpb.mlp.parameters()), 6, "zeta", False, False, 1e-5)
+    assert t.is_meta and t.shape == (4, 11)
+    t = P.t5_distance_table(meta(32, 6), 5, False, 32, 128, 1.0)
+    assert t.is_meta and t.shape == (6, 9)
+    assert P.alibi_distance_table(meta(4), 3, True).shape == (4, 5)
+    assert P.alibi_bias_build(meta(4), 4, True, 2, 3, torch.float16).shape == (1, 4, 2, 3)
+    pos = torch.empty(5, dtype=torch.long, device="meta")
+    assert P.alibi_bias_custom_pos(meta(4), 8, pos, pos[:3], None).shape == (8, 5, 3)
+    with pytest.raises(ValueError, match="j must be >= 1"):
+        P.t5_distance_table(meta(32, 6), 0, False, 32, 128, 1.0)
+
+
+def test_meta_matches_cpu_shapes_and_dtypes():
+    q = torch.randn(1, 4, 6, 8, dtype=torch.bfloat16)
+    kv = torch.randn(1, 2, 9, 8, dtype=torch.bfloat16)
+    slopes = posbias.alibi_slopes(4)
+    for args in (("alibi", slopes, None, None), ("table", None, torch.randn(4, 17), None)):
+        cpu = P.attention_lse(q, kv, kv, *args, None, True)
+        m = P.attention_lse(q.to("meta"), kv.to("meta"), kv.to("meta"), args[0],
+                            *(a.to("meta") if a is not None else None for a in args[1:]), None,
+                            True)
+        for c, mm in zip(cpu, m):
+            assert c.shape == mm.shape and c.dtype == mm.dtype
+
+
+class Block(nn.Module):
+    """An attention block over posbias modules and the fused op."""
+
+    def __init__(self, heads=4, d=8):
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.qkv = nn.Linear(heads * d, 3 * heads * d)
+        self.dpb = posbias.DynamicPositionBias(16, heads)
+        self.alibi = posbias.AlibiPositionalBias(heads)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)
+        out = posbias.attention(q, k, v, table=self.dpb.distance_table(n), causal=True)
+        scores = q @ k.transpose(-1, -2) + self.alibi(n, n)  # the materialised form
+        return out.sum(-1) + scores.softmax(-1).sum(-1)
+
+
+def test_jit_trace_of_modules():
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(2, 10, 32)
+    traced = torch.jit.trace(model, (x,), check_trace=True)  # two runs give one graph
+    graph = str(traced.inlined_graph)
+    for op in ("attention", "dpb_distance_table", "alibi_bias"):
+        assert f"posbias::{op}" in graph, graph
+    x2 = torch.randn(2, 10, 32, requires_grad=True)
+    torch.testing.assert_close(traced(x2), model(x2))
+    traced(x2).sum().backward()  # gradients through the traced ops
+    assert x2.grad is not None and model.dpb.mlp[0].weight.grad is not None
+
+
+def test_jit_trace_saved_and_loaded(tmp_path):
+    model = Block()
+    x = torch.randn(1, 6, 32)
+    traced = torch.jit.trace(model, (x,))
+    path = tmp_path / "block.pt"
+    traced.save(str(path))
+    loaded = torch.jit.load(str(path))
+    torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_no_torch_compile_in_this_torch():
+    """docs/python.md says so; if a newer torch has it, this reminds to test it."""
+    if hasattr(torch, "compile"):
+        pytest.skip("this torch has torch.compile: not covered by these tests")
+    assert torch.__version__.startswith("1.")
