@@ -8,6 +8,7 @@ from torch import nn
 
 from . import _checks
 from ._library import load as _load
+from .dpb import expand_distance_table
 
 _load()
 
@@ -48,12 +49,19 @@ class _SlopeModule(nn.Module):
     output."""
 
     def _apply(self, fn):
-        slopes = self.slopes  # float32; .half() would round them
+        # The float32 values (a Parameter's .data is converted in place, so
+        # keep its tensor, not the Parameter); .half() would round them.
+        slopes = self.slopes.data if isinstance(self.slopes, nn.Parameter) else self.slopes
         super()._apply(fn)
         probe = fn(torch.empty(0, dtype=getattr(self, "dtype", torch.float32)))
         if probe.is_floating_point():
             self.dtype = probe.dtype
-        self.slopes = slopes.to(device=self.slopes.device)  # new device, old values
+        if isinstance(self.slopes, nn.Parameter):  # learnable: the same Parameter object
+            self.slopes.data = slopes.to(device=self.slopes.device)
+            if self.slopes.grad is not None:
+                self.slopes.grad = self.slopes.grad.to(torch.float32)
+        else:
+            self.slopes = slopes.to(device=self.slopes.device)  # new device, old values
         return self
 
 
@@ -72,10 +80,19 @@ class AlibiPositionalBias(_SlopeModule):
     out stays valid when the cache is replaced (it is never written to).
 
     Slopes stay float32 (.half() does not cast them); the output has the
-    module's dtype (float32 unless the module was cast) and device."""
+    module's dtype (float32 unless the module was cast) and device.
+
+    learnable=True keeps the slopes as a Parameter (in the state dict as
+    `slopes`, trained by any optimizer): forward(i, j) is then the core's
+    expansion of the [total_heads, 2 max(i, j) - 1] ALiBi table -m_h |e|, so
+    the bias's gradient reaches the slopes (the core's reduction of it onto
+    the distances, then a [h, 2j - 1] product), and nothing is cached. To
+    train slopes inside the fused attention, pass the Parameter as
+    posbias.attention(..., slopes=module.slopes)."""
 
     def __init__(self, heads: int, total_heads: Optional[int] = None,
-                 slopes: Union[torch.Tensor, Sequence[float], None] = None) -> None:
+                 slopes: Union[torch.Tensor, Sequence[float], None] = None,
+                 learnable: bool = False) -> None:
         super().__init__()
         if slopes is not None:
             if isinstance(slopes, torch.Tensor):
@@ -92,10 +109,17 @@ class AlibiPositionalBias(_SlopeModule):
         # The core checks the slopes (at least one, finite) and total_heads
         # now, not at the first call: an empty build is a core call.
         torch.ops.posbias.alibi_bias(slopes, 0, 0, total_heads, None)
+        if not isinstance(learnable, bool):
+            raise TypeError(f"posbias: AlibiPositionalBias: learnable must be a bool, got "
+                            f"{type(learnable).__name__}")
         self.heads = heads
         self.total_heads = total_heads
+        self.learnable = learnable
         self.dtype = torch.float32
-        self.register_buffer("slopes", slopes, persistent=False)
+        if learnable:
+            self.slopes = nn.Parameter(slopes)
+        else:
+            self.register_buffer("slopes", slopes, persistent=False)
         self.register_buffer("bias", None, persistent=False)
         self._lock = threading.Lock()
 
@@ -122,6 +146,8 @@ class AlibiPositionalBias(_SlopeModule):
     def forward(self, i: int, j: int) -> torch.Tensor:
         i = _checks.check_int("AlibiPositionalBias: i", i)
         j = _checks.check_int("AlibiPositionalBias: j", j)
+        if self.learnable:
+            return self._learnable_bias(i, j)
         if torch.jit.is_tracing():  # the op in the graph, not a constant of the cache
             return self._build(i, j)
         with self._lock:
@@ -135,6 +161,18 @@ class AlibiPositionalBias(_SlopeModule):
             self.bias = out  # a request that does not fit replaces the cache
             return out
 
+    def _learnable_bias(self, i, j):
+        n = max(i, j, 1)
+        # -|e| for e = -(n - 1) .. n - 1 (a core call), times the slopes: the
+        # table, differentiable in the slopes; zero rows for appended heads.
+        distances = torch.ops.posbias.alibi_distance_table(torch.ones(1), n, True)
+        slopes = self.slopes.to(torch.float32)
+        table = slopes[:, None] * distances.to(slopes.device)
+        if self.total_heads > self.heads:
+            table = torch.cat([table, table.new_zeros(self.total_heads - self.heads, 2 * n - 1)])
+        _checks.check_tensor("AlibiPositionalBias: slopes", table)  # CPU-only
+        return expand_distance_table(table, i, j, self.dtype)
+
     def forward_custom_pos(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """Arbitrary positions (packed sequences, chunked prefill, context
         parallelism): [total_heads, len(q_pos), len(k_pos)],
@@ -146,7 +184,8 @@ class AlibiPositionalBias(_SlopeModule):
         return out.to(self.device, self.dtype)
 
     def extra_repr(self):
-        return f"heads={self.heads}, total_heads={self.total_heads}"
+        learnable = ", learnable=True" if self.learnable else ""
+        return f"heads={self.heads}, total_heads={self.total_heads}{learnable}"
 
 
 class AlibiBias(_SlopeModule):

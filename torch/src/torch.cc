@@ -151,11 +151,15 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const AttentionGradients g = core_call([&] {
       return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
     });
-    at::Tensor gtable, gdense;
+    at::Tensor gslopes, gtable, gdense;
+    // Learned ALiBi slopes: the core's dL/dslope [h], in the slopes' dtype.
+    if (slopes.defined() && !g.grad_slopes.empty()) {
+      gslopes = vector_tensor(g.grad_slopes).to(slopes.scalar_type()).view(slopes.sizes());
+    }
     if (table.defined()) gtable = to_torch(g.grad_table).to(table.scalar_type());
     if (dense.defined()) gdense = to_torch(g.grad_dense).to(dense.scalar_type());
     return {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v), at::Tensor(),
-            at::Tensor(),       gtable,             gdense,             at::Tensor(),
+            gslopes,            gtable,             gdense,             at::Tensor(),
             at::Tensor()};
   }
 };
