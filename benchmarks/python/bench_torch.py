@@ -1,23 +1,39 @@
-"""posbias from Python against plain PyTorch, measured in the same run.
+"""posbias from Python, the PyTorch eager way and the C++ tool, in one run.
 
-Cases (issue 5): the ALiBi module at h 16, i = j = 4096; DynamicPositionBias
-(dim 64, heads 8) forward at i = j = 4096 and forward + backward at 2048 (as
-`posbias bench dpb`); the attention op at h 16, i = j = 2048, d 64, causal
-ALiBi, forward and forward + backward. The PyTorch reference of each case is
-the plain formulation written here from docs/spec.md (materialised bias, autograd).
+One JSON object per line and case (issue 18): posbias called from Python and
+the PyTorch eager formulation (the bias materialised, as zeta and
+x-transformers compute it; autograd for backward) timed interleaved call by
+call (medians after a warm-up), and beside them the C++ tool's median of the
+same case, run by this script just before (`posbias-bench <suite> --only
+<case> --json`; its own PyTorch peers are switched off). Fields: case,
+posbias_ms, torch_ms, cpp_case, cpp_ms, ratio_to_cpp (posbias / C++; the
+targets are at most 1.15 or 1.25), speedup_vs_torch (torch / posbias; the
+targets are at least 10 or 5), target, target_met, max_rel_diff (posbias
+against the eager result), threads.
 
-Prints a table (medians in ms, ratio = PyTorch / posbias, > 1 means posbias is
-faster) and the same as JSON (stdout, or --json FILE).
+Cases and targets (issue 18): AlibiPositionalBias(16, 16)(4096, 4096), a new
+module each call (<= 1.15x C++); DynamicPositionBias(64, 8)(4096, 4096), a
+new tensor (<= 1.25x C++); DPB forward + backward at 2048 (>= 10x PyTorch);
+causal ALiBi attention h16 n2048 d64 (<= 1.15x C++) and its forward +
+backward (>= 5x PyTorch); decode h32 j32768 d128 ALiBi (<= 1.15x C++).
 
-    nice -n 10 /usr/bin/python3 benchmarks/python/bench_torch.py [--reps 5] [--json out.json]
+    nice -n 10 /usr/bin/python3 benchmarks/python/bench_torch.py [--reps 7]
+        [--cpp build/cli/posbias-bench] [--json out.jsonl] [--only attention]
 
-Needs the op library: PYTHONPATH=python POSBIAS_TORCH_OPS=build/.../libposbias_torch_ops.so
-(or an installed package). --quick: small sizes, one repetition (a smoke run)."""
+Needs the package (pip-installed, or PYTHONPATH=python
+POSBIAS_TORCH_OPS=build/torch/libposbias_torch_ops.so). The C++ program is
+--cpp, else $POSBIAS_BENCH, else the first build*/cli/posbias-bench of the
+repository; without one the cpp fields are null. --quick: small sizes, one
+repetition, no C++ run unless --cpp is given (the ctest smoke run). Threads:
+torch.set_num_threads(--threads, default every CPU), which posbias follows;
+the C++ tool gets OMP_NUM_THREADS alike."""
 import argparse
+import glob
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -25,31 +41,75 @@ import torch
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
-import posbias  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(HERE))
+try:
+    import posbias
+except ImportError:  # the source tree's package
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import posbias
 
 
 def rel_diff(a, b):
     """max |a - b| / max |b| (0 when both are zero)."""
+    a, b = a.double(), b.double()
     den = b.abs().max().item()
     return (a - b).abs().max().item() / den if den > 0 else (a - b).abs().max().item()
 
 
-def median_ms(fn, reps):
-    fn()  # warm-up (allocator, threads, caches)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def interleaved_ms(fns, reps, warmup=1):
+    """Median ms of each function of `fns` (name -> callable), timed call by
+    call in turn (the order rotates each round), after `warmup` rounds."""
+    names = list(fns)
+    times = {n: [] for n in names}
+    for r in range(warmup + reps):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            t0 = time.perf_counter()
+            fns[n]()
+            dt = (time.perf_counter() - t0) * 1e3
+            if r >= warmup:
+                times[n].append(dt)
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
-# ------------------------------------------------------------------ references
+# ------------------------------------------------------------ the C++ tool
 
+def find_cpp(explicit):
+    if explicit:
+        return explicit
+    if os.environ.get("POSBIAS_BENCH"):
+        return os.environ["POSBIAS_BENCH"]
+    found = sorted(glob.glob(os.path.join(REPO, "build*", "cli", "posbias-bench")))
+    return found[0] if found else None
+
+
+def cpp_median(cpp, suite, case, reps, quick):
+    """The C++ tool's median_ms of `case` (None when there is no tool or the
+    case is missing), run now."""
+    if not cpp:
+        return None
+    cmd = [cpp, suite, "--json", "--only", case, "--repetitions", str(max(reps, 3))]
+    if quick:
+        cmd.append("--quick")
+    env = dict(os.environ, POSBIAS_PEER_PYTHON="/bin/false",
+               OMP_NUM_THREADS=str(torch.get_num_threads()))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    for line in r.stdout.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if obj.get("case") == case and obj.get("median_ms"):
+            return float(obj["median_ms"])
+    print(f"bench_torch: {cpp} {suite} gave no case {case} (exit {r.returncode}): "
+          f"{r.stderr.strip()[-300:]}", file=sys.stderr)
+    return None
+
+
+# ------------------------------------------------- the PyTorch eager way
 
 def torch_alibi(slopes, total_heads, i, j):
-    """x-transformers' AlibiPositionalBias build: -m |k - q| [total, i, j]."""
+    """x-transformers' AlibiPositionalBias build: -m |k - q|, [total, i, j]."""
     q = torch.arange(j - i, j)
     k = torch.arange(j)
     bias = -(k[None, None, :] - q[None, :, None]).abs().to(torch.float32) * slopes[:, None, None]
@@ -60,7 +120,7 @@ def torch_alibi(slopes, total_heads, i, j):
 
 
 class TorchDPB(nn.Module):
-    """zeta's DynamicPositionBias: MLP on 0..j-1, gather by |q - k|."""
+    """zeta's DynamicPositionBias: the MLP on 0..j-1, gathered by |q - k|."""
 
     def __init__(self, dim, heads):
         super().__init__()
@@ -85,29 +145,38 @@ def torch_attention(q, k, v, slopes, causal):
 
 # ------------------------------------------------------------------ cases
 
+def row(case, ms, diff, cpp_case=None, cpp_ms=None, max_ratio_to_cpp=None, min_speedup=None):
+    r = dict(case=case, posbias_ms=ms["posbias"], torch_ms=ms["torch"], cpp_case=cpp_case,
+             cpp_ms=cpp_ms, max_rel_diff=diff, threads=torch.get_num_threads())
+    r["ratio_to_cpp"] = ms["posbias"] / cpp_ms if cpp_ms else None
+    r["speedup_vs_torch"] = ms["torch"] / ms["posbias"] if ms["posbias"] > 0 else None
+    if max_ratio_to_cpp is not None:
+        r["target"] = f"posbias <= {max_ratio_to_cpp}x C++"
+        r["target_met"] = None if cpp_ms is None else r["ratio_to_cpp"] <= max_ratio_to_cpp
+    elif min_speedup is not None:
+        r["target"] = f">= {min_speedup}x faster than PyTorch eager"
+        r["target_met"] = r["speedup_vs_torch"] >= min_speedup
+    return r
 
-def bench_alibi(n, reps):
+
+def bench_alibi(n, a):
     h = 16
     slopes = posbias.alibi_slopes(h)
-
-    def ours():
-        m = posbias.AlibiPositionalBias(h, h)  # a fresh build, not the cache
-        return m(n, n)
-
-    def ref():
-        return torch_alibi(slopes, h, n, n)
-
-    diff = rel_diff(ours(), ref())
-    return [dict(case=f"alibi module h{h} i=j={n}", posbias_ms=median_ms(ours, reps),
-                 torch_ms=median_ms(ref, reps), max_rel_diff=diff)]
+    cpp_case = f"alibi_forward_h{h}_n{n}_f32"
+    cpp = cpp_median(a.cpp, "alibi", cpp_case, a.reps, a.quick)
+    fns = {"posbias": lambda: posbias.AlibiPositionalBias(h, h)(n, n),  # a new module each call
+           "torch": lambda: torch_alibi(slopes, h, n, n)}
+    diff = rel_diff(fns["posbias"](), fns["torch"]())
+    return [row(f"alibi_module_h{h}_n{n}_new_module", interleaved_ms(fns, a.reps), diff,
+                cpp_case, cpp, max_ratio_to_cpp=1.15)]
 
 
-def bench_dpb(n, nb, reps):
+def bench_dpb(n, nb, a):
     torch.manual_seed(0)
-    ours_m = posbias.DynamicPositionBias(64, 8)
-    ref_m = TorchDPB(64, 8)
-    ref_m.load_state_dict(ours_m.state_dict())
-    rows = []
+    ours, ref = posbias.DynamicPositionBias(64, 8), TorchDPB(64, 8)
+    ref.load_state_dict(ours.state_dict())
+    cpp_case = f"dpb_forward_alloc_d64_h8_n{n}"
+    cpp = cpp_median(a.cpp, "dpb", cpp_case, a.reps, a.quick)
 
     def fwd(m):
         def run():
@@ -115,9 +184,10 @@ def bench_dpb(n, nb, reps):
                 return m(n, n)
         return run
 
-    diff = rel_diff(fwd(ours_m)(), fwd(ref_m)())
-    rows.append(dict(case=f"dpb dim64 h8 forward i=j={n}", posbias_ms=median_ms(fwd(ours_m), reps),
-                     torch_ms=median_ms(fwd(ref_m), reps), max_rel_diff=diff))
+    fns = {"posbias": fwd(ours), "torch": fwd(ref)}
+    diff = rel_diff(fns["posbias"](), fns["torch"]())
+    rows = [row(f"dpb_forward_d64_h8_n{n}_new_tensor", interleaved_ms(fns, a.reps), diff,
+                cpp_case, cpp, max_ratio_to_cpp=1.25)]
     g = torch.randn(8, nb, nb)
 
     def fb(m):
@@ -126,38 +196,41 @@ def bench_dpb(n, nb, reps):
             (m(nb, nb) * g).sum().backward()
         return run
 
-    fb(ours_m)()
-    fb(ref_m)()
-    gdiff = max(rel_diff(a.grad, b.grad) for a, b in zip(ours_m.parameters(),
-                                                            ref_m.parameters()))
-    rows.append(dict(case=f"dpb dim64 h8 forward+backward i=j={nb}",
-                     posbias_ms=median_ms(fb(ours_m), reps), torch_ms=median_ms(fb(ref_m), reps),
-                     max_rel_diff=gdiff))
+    fns = {"posbias": fb(ours), "torch": fb(ref)}
+    fns["posbias"]()
+    fns["torch"]()
+    gdiff = max(rel_diff(x.grad, y.grad) for x, y in zip(ours.parameters(), ref.parameters()))
+    bwd_case = f"dpb_backward_d64_h8_n{nb}"  # the C++ backward alone, for reference
+    rows.append(row(f"dpb_forward_backward_d64_h8_n{nb}", interleaved_ms(fns, a.reps), gdiff,
+                    bwd_case, cpp_median(a.cpp, "dpb", bwd_case, a.reps, a.quick),
+                    min_speedup=10))
     return rows
 
 
-def bench_attention(n, reps):
+def attention_inputs(b, h, i, j, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, n, d, generator=g) for n in (i, j, j)]
+
+
+def bench_attention(n, a):
     h, d = 16, 64
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, h, n, d, generator=g)
-    k = torch.randn(1, h, n, d, generator=g)
-    v = torch.randn(1, h, n, d, generator=g)
+    q, k, v = attention_inputs(1, h, n, n, d)
     slopes = posbias.alibi_slopes(h)
-    rows = []
+    cpp_case = f"attention_alibi_causal_h{h}_n{n}_d{d}"
+    cpp = cpp_median(a.cpp, "attention", cpp_case, a.reps, a.quick)
 
-    def ours():
-        with torch.no_grad():
-            return posbias.attention(q, k, v, slopes=slopes, causal=True)
+    def fwd(fn):
+        def run():
+            with torch.no_grad():
+                return fn(q, k, v)
+        return run
 
-    def ref():
-        with torch.no_grad():
-            return torch_attention(q, k, v, slopes, True)
-
-    diff = rel_diff(ours(), ref())
-    rows.append(dict(case=f"attention h{h} i=j={n} d{d} causal alibi forward",
-                     posbias_ms=median_ms(ours, reps), torch_ms=median_ms(ref, reps),
-                     max_rel_diff=diff))
-    go = torch.randn(1, h, n, d, generator=g)
+    fns = {"posbias": fwd(lambda x, y, z: posbias.attention(x, y, z, slopes=slopes, causal=True)),
+           "torch": fwd(lambda x, y, z: torch_attention(x, y, z, slopes, True))}
+    diff = rel_diff(fns["posbias"](), fns["torch"]())
+    rows = [row(f"attention_alibi_causal_h{h}_n{n}_d{d}_forward", interleaved_ms(fns, a.reps),
+                diff, cpp_case, cpp, max_ratio_to_cpp=1.15)]
+    go = torch.randn_like(q)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 
     def fb(fn):
@@ -168,47 +241,70 @@ def bench_attention(n, reps):
             return [t.grad for t in leaves]
         return run
 
-    ours_fb = fb(lambda a, b, c: posbias.attention(a, b, c, slopes=slopes, causal=True))
-    ref_fb = fb(lambda a, b, c: torch_attention(a, b, c, slopes, True))
-    gd = max(rel_diff(x, y) for x, y in zip(ours_fb(), ref_fb()))
-    rows.append(dict(case=f"attention h{h} i=j={n} d{d} causal alibi forward+backward",
-                     posbias_ms=median_ms(ours_fb, reps), torch_ms=median_ms(ref_fb, reps),
-                     max_rel_diff=gd))
+    fns = {"posbias": fb(lambda x, y, z: posbias.attention(x, y, z, slopes=slopes, causal=True)),
+           "torch": fb(lambda x, y, z: torch_attention(x, y, z, slopes, True))}
+    gd = max(rel_diff(x, y) for x, y in zip(fns["posbias"](), fns["torch"]()))
+    rows.append(row(f"attention_alibi_causal_h{h}_n{n}_d{d}_forward_backward",
+                    interleaved_ms(fns, a.reps), gd, min_speedup=5))
     return rows
+
+
+def bench_decode(n, a):
+    h, d = 32, 128
+    q, k, v = attention_inputs(1, h, 1, n, d, seed=1)
+    slopes = posbias.alibi_slopes(h)
+    cpp_case = f"decode_alibi_h{h}_n{n}_d{d}"
+    cpp = cpp_median(a.cpp, "attention", cpp_case, a.reps, a.quick)
+
+    def run(fn):
+        def call():
+            with torch.no_grad():
+                return fn()
+        return call
+
+    fns = {"posbias": run(lambda: posbias.attention(q, k, v, slopes=slopes)),
+           "torch": run(lambda: torch_attention(q, k, v, slopes, False))}
+    diff = rel_diff(fns["posbias"](), fns["torch"]())
+    return [row(f"decode_alibi_h{h}_j{n}_d{d}", interleaved_ms(fns, a.reps), diff, cpp_case, cpp,
+                max_ratio_to_cpp=1.15)]
+
+
+SUITES = ("alibi", "dpb", "attention", "decode")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions (median)")
+    p.add_argument("--reps", type=int, default=7, help="timed repetitions (median)")
     p.add_argument("--quick", action="store_true", help="small sizes, 1 repetition")
-    p.add_argument("--json", help="also write the JSON to this file")
-    p.add_argument("--only", choices=["alibi", "dpb", "attention"], action="append")
+    p.add_argument("--json", help="also write the JSON lines to this file")
+    p.add_argument("--only", choices=SUITES, action="append")
+    p.add_argument("--cpp", help="the posbias-bench program (default: see the module doc)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = p.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
-    reps = 1 if a.quick else a.reps
-    only = set(a.only or ["alibi", "dpb", "attention"])
-    rows = []
-    if "alibi" in only:
-        rows += bench_alibi(256 if a.quick else 4096, reps)
-    if "dpb" in only:
-        rows += bench_dpb(256 if a.quick else 4096, 128 if a.quick else 2048, reps)
-    if "attention" in only:
-        rows += bench_attention(128 if a.quick else 2048, reps)
-    for r in rows:
-        r["ratio"] = r["torch_ms"] / r["posbias_ms"] if r["posbias_ms"] > 0 else float("inf")
-    w = max(len(r["case"]) for r in rows)
-    print(f"{'case':<{w}}  {'posbias ms':>11}  {'torch ms':>10}  {'torch/posbias':>13}  "
-          f"{'max rel diff':>10}")
-    for r in rows:
-        print(f"{r['case']:<{w}}  {r['posbias_ms']:11.2f}  {r['torch_ms']:10.2f}  "
-              f"{r['ratio']:12.2f}x  {r['max_rel_diff']:10.2e}")
-    result = dict(threads=torch.get_num_threads(), reps=reps, torch=torch.__version__,
-                  library=posbias.library_path, results=rows)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    torch.set_num_threads(a.threads)
+    if a.quick:
+        a.reps = 1
+    else:
+        a.cpp = find_cpp(a.cpp)
+    # The C++ tool's --quick sizes, so that the case names match.
+    sizes = (dict(alibi=1024, dpb=1024, dpb_fb=128, attention=512, decode=4096) if a.quick else
+             dict(alibi=4096, dpb=4096, dpb_fb=2048, attention=2048, decode=32768))
+    only = a.only or SUITES
+    runs = {"alibi": lambda: bench_alibi(sizes["alibi"], a),
+            "dpb": lambda: bench_dpb(sizes["dpb"], sizes["dpb_fb"], a),
+            "attention": lambda: bench_attention(sizes["attention"], a),
+            "decode": lambda: bench_decode(sizes["decode"], a)}
+    out = open(a.json, "w") if a.json else None
+    for suite in SUITES:
+        if suite not in only:
+            continue
+        for r in runs[suite]():
+            line = json.dumps(r)
+            print(line, flush=True)
+            if out:
+                out.write(line + "\n")
+    if out:
+        out.close()
 
 
 if __name__ == "__main__":
