@@ -1,0 +1,100 @@
+// posbias-attention-loop: one attention case of `posbias bench attention`
+// (the same inputs, attention_cases.h) called in a loop with nothing else,
+// for a profiler: the suite interleaves every case with its baselines and
+// the other cases of its round, so a profile of posbias-bench mixes them.
+//
+//   perf record -k mono -e cpu-clock -g build/cli/posbias-attention-loop decode_f16
+//   perf report --time START, --no-children --sort symbol   # START: printed on stderr
+//
+// Cases: decode_f32, decode_gqa, decode_f16, decode_bf16 (h 32, j 32768,
+// d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
+// else in the cache's dtype), prefill_causal, prefill_noncausal (ALiBi,
+// h 16, i = j = 2048, d 64). Prints the calls made and their mean time.
+// Build tree only (not installed).
+#include <chrono>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "attention_cases.h"
+#include "posbias/attention.h"
+#include "posbias/slopes.h"
+
+namespace {
+
+using posbias::DType;
+using posbias::bench::AttentionInputs;
+
+struct LoopCase {
+  std::int64_t h, hk, i, j, d;
+  DType kv_dtype;
+  bool causal;
+};
+
+const std::map<std::string, LoopCase>& loop_cases() {
+  static const std::map<std::string, LoopCase> cases = {
+      {"decode_f32", {32, 32, 1, 32768, 128, DType::kFloat32, true}},
+      {"decode_gqa", {32, 8, 1, 32768, 128, DType::kFloat32, true}},
+      {"decode_f16", {32, 32, 1, 32768, 128, DType::kFloat16, true}},
+      {"decode_bf16", {32, 32, 1, 32768, 128, DType::kBFloat16, true}},
+      {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},
+      {"prefill_noncausal", {16, 16, 2048, 2048, 64, DType::kFloat32, false}},
+  };
+  return cases;
+}
+
+int usage() {
+  std::cerr << "usage: posbias-attention-loop CASE [--seconds S]; cases:";
+  for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
+  std::cerr << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2 && argc != 4) return usage();
+  const auto it = loop_cases().find(argv[1]);
+  if (it == loop_cases().end()) return usage();
+  double seconds = 10;
+  if (argc == 4) {
+    if (std::string(argv[2]) != "--seconds") return usage();
+    char* end = nullptr;
+    seconds = std::strtod(argv[3], &end);
+    if (end == argv[3] || *end != '\0' || !(seconds > 0)) return usage();
+  }
+  const LoopCase& c = it->second;
+  AttentionInputs in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
+  posbias::AttentionOptions opt;
+  opt.causal = c.causal;
+  const posbias::AttentionBias bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
+  const auto call = [&] {
+    posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt);
+  };
+  try {
+    call();
+  } catch (const std::invalid_argument&) {
+    in.q = in.q.to(c.kv_dtype);  // a core that wants one dtype for q, k and v
+    call();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // steady_clock is CLOCK_MONOTONIC on Linux: with `perf record -k mono`,
+  // `perf report --time START,` keeps the loop's samples only (not the
+  // inputs' setup).
+  std::cerr << "loop starts at CLOCK_MONOTONIC " << std::fixed << std::setprecision(6)
+            << std::chrono::duration<double>(t0.time_since_epoch()).count() << " s\n";
+  long calls = 0;
+  double elapsed = 0;
+  do {
+    call();
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  std::cout << argv[1] << ": " << calls << " calls, " << elapsed * 1e3 / static_cast<double>(calls)
+            << " ms each (q " << posbias::dtype_name(in.q.dtype()) << ", k and v "
+            << posbias::dtype_name(in.k.dtype()) << ")\n";
+  return 0;
+}
