@@ -15,6 +15,9 @@ Two ways to shard (they combine):
   with the bias of the *global* positions (ALiBi and distance tables depend on
   q - k; causal masking across blocks) and merges the softmax states with the
   log-sum-exp. Forward only: the op's lse carries no gradient.
+  ring_attention() takes the same arguments and has a backward: the blocks
+  travel around a ring of ranks (each holds one at a time), and gradients
+  of q, k, v, slopes and table equal a one-process run's.
 
 The calls are the same on one machine and on a cluster: only the
 torch.distributed.init_process_group() arguments change (see docs/python.md).
@@ -134,42 +137,37 @@ def merge_partials(outs, lses):
     return out.to(outs[0].dtype), lse
 
 
-def block_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=None,
-                    table=None, scale=None, causal=False):
-    """Partial attention of a query block against one key block, with the bias
-    of the global positions: the block's queries sit at q_start .. q_start+i-1
-    and its keys at k_start .. k_start+j-1 (key coordinates; the full sequence
-    has total_keys keys). bias "alibi" uses slopes [h] (-m |q - k|), "table" a
-    global [h, >= 2 total_keys - 1] table read at (q - k) + (total_keys - 1).
-    causal masks keys after the query. Returns (out, lse) for merge_partials."""
-    b, h, i, d = q.shape
-    j = k.shape[2]
+def _block_bias(i, j, q_start, k_start, total_keys, bias, slopes, table, causal):
+    """How block_attention attends a block of i queries at q_start.. against j
+    keys at k_start..: (kind, slopes, table, dense, local_causal) for the op,
+    or None when every key is masked (or the block is empty). The bias
+    tensors are derived from the global slopes / table with torch ops, so
+    autograd carries a block's bias gradient back to them."""
+    h = None if slopes is None and table is None else (
+        slopes.shape[0] if slopes is not None else table.shape[0])
     delta = (q_start - k_start) - (j - i)  # global q - k minus the block-local one
-    empty = (torch.zeros(b, h, i, d, dtype=q.dtype),
-             torch.full((b, h, i), float("-inf"), dtype=torch.float32))
     if j == 0 or i == 0:
-        return empty
+        return None
     last_q, last_k = q_start + i - 1, k_start + j - 1
     local_causal = False
     need_mask = False
     if causal:
         if k_start > last_q:
-            return empty                      # every key is in every query's future
+            return None                       # every key is in every query's future
         if last_k > q_start:                  # some pair is masked
             if delta == 0:
                 local_causal = True           # the block's own bottom-right mask is exact
             else:
                 need_mask = True
     if bias == "alibi" and delta == 0 and not need_mask:
-        return attention_lse(q, k, v, "alibi", slopes=slopes, scale=scale, causal=local_causal)
+        return "alibi", slopes, None, None, local_causal
     if bias == "none" and not need_mask:
-        return attention_lse(q, k, v, "none", scale=scale, causal=local_causal)
+        return "none", None, None, None, local_causal
     if not need_mask and i <= j:
         # A local [h, 2j - 1] table: local entry e is global distance e - (j-1) + delta.
         dist_g = torch.arange(2 * j - 1, dtype=torch.int64) - (j - 1) + delta
-        return attention_lse(q, k, v, "table", table=_global_table(bias, slopes, table,
-                                                                     total_keys, dist_g),
-                             scale=scale, causal=local_causal)
+        return ("table", None, _global_table(bias, slopes, table, total_keys, dist_g), None,
+                local_causal)
     # General block (a partial causal mask off the block diagonal, or i > j): dense.
     qpos = torch.arange(q_start, q_start + i, dtype=torch.int64)
     kpos = torch.arange(k_start, k_start + j, dtype=torch.int64)
@@ -181,7 +179,25 @@ def block_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slope
                               dist_g.reshape(-1)).reshape(h, i, j)[None]
     if causal:
         dense = dense.masked_fill(dist_g < 0, float("-inf"))
-    return attention_lse(q, k, v, "dense", dense=dense, scale=scale, causal=False)
+    return "dense", None, None, dense, False
+
+
+def block_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=None,
+                    table=None, scale=None, causal=False):
+    """Partial attention of a query block against one key block, with the bias
+    of the global positions: the block's queries sit at q_start .. q_start+i-1
+    and its keys at k_start .. k_start+j-1 (key coordinates; the full sequence
+    has total_keys keys). bias "alibi" uses slopes [h] (-m |q - k|), "table" a
+    global [h, >= 2 total_keys - 1] table read at (q - k) + (total_keys - 1).
+    causal masks keys after the query. Returns (out, lse) for merge_partials."""
+    b, h, i, d = q.shape
+    plan = _block_bias(i, k.shape[2], q_start, k_start, total_keys, bias, slopes, table, causal)
+    if plan is None:
+        return (torch.zeros(b, h, i, d, dtype=q.dtype),
+                torch.full((b, h, i), float("-inf"), dtype=torch.float32))
+    kind, sl, tb, dense, local_causal = plan
+    return attention_lse(q, k, v, kind, slopes=sl, table=tb, dense=dense, scale=scale,
+                         causal=local_causal)
 
 
 def _global_table(bias, slopes, table, total_keys, dist_g):
@@ -236,3 +252,150 @@ def cp_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=N
         outs.append(o)
         lses.append(l)
     return merge_partials(outs, lses)[0]
+
+
+# ------------------------------------------------------------------ ring
+
+
+def _global_rank(group, r):
+    if group is None:
+        return r
+    return dist.distributed_c10d._get_global_rank(group, r)  # torch 1.13 and 2.x
+
+
+def _ring_pass(tensors, recv_like, group):
+    """Sends `tensors` to the next rank of the ring and returns the ones received
+    from the previous rank (shapes and dtypes of `recv_like`)."""
+    rank, world = _rank_world(group)
+    nxt, prv = _global_rank(group, (rank + 1) % world), _global_rank(group, (rank - 1) % world)
+    received = [torch.empty_like(t) for t in recv_like]
+    reqs = [dist.isend(t.contiguous(), nxt, group=group) for t in tensors]
+    reqs += [dist.irecv(t, prv, group=group) for t in received]
+    for req in reqs:
+        req.wait()
+    return received
+
+
+def _block_shape(t, j):
+    shape = list(t.shape)
+    shape[2] = j
+    return torch.empty(shape, dtype=t.dtype)
+
+
+class _RingAttention(torch.autograd.Function):
+    """Forward: each rank attends its queries to the key/value block it holds,
+    passes the block to the next rank and receives the previous rank's,
+    world_size times, merging the softmax states (log-sum-exp). Backward: the
+    same ring; each held block's share of dq, dk, dv (and of the bias
+    tensors' gradients) is the op attention_backward with the merged out and
+    lse; dk and dv travel with their block and are home after world_size
+    passes."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, slopes, table, cfg):
+        rank, world = _rank_world(cfg["group"])
+        info = torch.tensor([k.shape[2], cfg["k_start"]], dtype=torch.int64)
+        infos = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(infos, info, group=cfg["group"])
+        blocks = [(int(x[0]), int(x[1])) for x in infos]  # (j, k_start) of each rank
+        held_k, held_v = k.detach(), v.detach()
+        out = lse = None
+        for step in range(world):
+            j, k_start = blocks[(rank - step) % world]
+            o, l = block_attention(q.detach(), held_k, held_v, q_start=cfg["q_start"],
+                                   k_start=k_start, total_keys=cfg["total_keys"],
+                                   bias=cfg["bias"], slopes=slopes, table=table,
+                                   scale=cfg["scale"], causal=cfg["causal"])
+            out, lse = (o, l) if out is None else merge_partials([out, o], [lse, l])
+            if step + 1 < world:
+                jn = blocks[(rank - step - 1) % world][0]
+                held_k, held_v = _ring_pass([held_k, held_v], [_block_shape(k, jn),
+                                                               _block_shape(v, jn)], cfg["group"])
+        ctx.save_for_backward(q, k, v, slopes, table, out, lse)
+        ctx.cfg, ctx.blocks = cfg, blocks
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, slopes, table, out, lse = ctx.saved_tensors
+        cfg, blocks = ctx.cfg, ctx.blocks
+        rank, world = _rank_world(cfg["group"])
+        # Leaves standing for the bias tensors: autograd takes each block's bias
+        # gradient back through the block's derivation (_block_bias).
+        sl = slopes.detach().requires_grad_() if slopes is not None else None
+        tb = table.detach().requires_grad_() if table is not None else None
+        derived, derived_grads = [], []
+        grad_out = grad_out.contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32)
+        held = [k.detach(), v.detach(), torch.zeros(k.shape, dtype=torch.float32),
+                torch.zeros(v.shape, dtype=torch.float32)]
+        for step in range(world):
+            j, k_start = blocks[(rank - step) % world]
+            with torch.enable_grad():
+                plan = _block_bias(q.shape[2], j, cfg["q_start"], k_start, cfg["total_keys"],
+                                   cfg["bias"], sl, tb, cfg["causal"])
+            if plan is not None:
+                kind, b_sl, b_tb, b_dense, local_causal = plan
+                g = torch.ops.posbias.attention_backward(
+                    q.detach(), held[0], held[1], kind,
+                    None if b_sl is None else b_sl.detach(),
+                    None if b_tb is None else b_tb.detach(),
+                    None if b_dense is None else b_dense.detach(), cfg["scale"], local_causal,
+                    out, lse, grad_out)
+                dq += g[0]
+                held[2] += g[1]
+                held[3] += g[2]
+                for t, gt in ((b_sl, g[3]), (b_tb, g[4]), (b_dense, g[5])):
+                    if t is not None and t.requires_grad and gt.numel():
+                        derived.append(t)
+                        derived_grads.append(gt.to(t.dtype))
+            jn = blocks[(rank - step - 1) % world][0]
+            held = _ring_pass(held, [_block_shape(k, jn), _block_shape(v, jn),
+                                     _block_shape(held[2], jn), _block_shape(held[3], jn)],
+                              cfg["group"])
+        # After world_size passes every block (with its dk, dv) is back home.
+        gslopes = gtable = None
+        if derived:
+            leaves = [t for t in (sl, tb) if t is not None]
+            grads = torch.autograd.grad(derived, leaves, derived_grads, allow_unused=True)
+            named = dict(zip([id(t) for t in leaves], grads))
+            gslopes = named.get(id(sl)) if sl is not None else None
+            gtable = named.get(id(tb)) if tb is not None else None
+        return (dq.to(q.dtype), held[2].to(k.dtype), held[3].to(v.dtype), gslopes, gtable, None)
+
+
+def ring_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=None,
+                   table=None, scale=None, causal=False, group=None):
+    """Context-parallel attention with a backward (ring attention): the
+    arguments and the result of cp_attention(), but the key/value blocks are
+    passed around the ring of ranks (send to rank + 1, receive from rank - 1;
+    one block in flight per rank, never all of them), and the result is
+    differentiable: q, k, v, slopes and table get the gradients a
+    one-process posbias.attention over all keys would give them (each rank
+    its shard's; slopes and table gradients are this rank's queries' share:
+    all-reduce them (sum) to get the full gradient, as data-parallel training
+    does for any parameter). Every rank of the group must call it, with the
+    same bias, causal, scale and total_keys."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.check_tensor(f"ring_attention: {name}", t, dtypes=_checks.FLOAT_DTYPES, ndim=4)
+    if bias not in ("none", "alibi", "table"):
+        raise ValueError(f"posbias: ring_attention: bias must be none, alibi or table, got "
+                         f"{bias!r}")
+    if bias == "alibi":
+        _checks.check_slopes("ring_attention: slopes", slopes, heads=q.shape[1])
+    elif slopes is not None:
+        raise ValueError(f"posbias: ring_attention: bias={bias!r} takes no slopes")
+    if bias == "table":
+        _checks.check_tensor("ring_attention: table", table, ndim=2)
+        if table.shape[0] != q.shape[1] or table.shape[1] < 2 * total_keys - 1:
+            raise ValueError(f"posbias: ring_attention: table {_checks.shape_str(table)} must "
+                             f"be [h, >= 2 total_keys - 1] = [{q.shape[1]}, "
+                             f">= {2 * total_keys - 1}]")
+    elif table is not None:
+        raise ValueError(f"posbias: ring_attention: bias={bias!r} takes no table")
+    cfg = dict(q_start=_checks.check_int("ring_attention: q_start", q_start),
+               k_start=_checks.check_int("ring_attention: k_start", k_start, minimum=0),
+               total_keys=_checks.check_int("ring_attention: total_keys", total_keys, minimum=1),
+               bias=bias, scale=_checks.check_float("ring_attention: scale", scale),
+               causal=causal, group=group)
+    return _RingAttention.apply(q, k, v, slopes, table, cfg)

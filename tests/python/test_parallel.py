@@ -19,17 +19,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_gloo():
-    world = 2
+def run_world(script, world):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "parallel_worker.py")],
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, script)],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(world)]
     outputs = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=120)
+            out, _ = p.communicate(timeout=240)
             outputs.append(out)
     finally:
         for p in procs:
@@ -41,3 +40,14 @@ def test_two_processes_gloo():
     assert all(p.returncode == 0 for p in procs), report
     for r, o in enumerate(outputs):
         assert f"rank {r}: ok" in o, report
+
+
+def test_two_processes_gloo():
+    run_world("parallel_worker.py", 2)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_attention_gradients_equal_one_process(world):
+    """ring_attention forward and backward over `world` gloo processes against
+    one process (ALiBi, a distance table and no bias; causal and not; GQA)."""
+    run_world("ring_worker.py", world)

@@ -149,6 +149,11 @@ TORCH_LIBRARY(posbias, m) {
       "attention_lse(Tensor q, Tensor k, Tensor v, str bias=\"none\", Tensor? slopes=None, "
       "Tensor? table=None, Tensor? dense=None, float? scale=None, bool causal=False) -> (Tensor "
       "out, Tensor lse)");
+  m.def(
+      "attention_backward(Tensor q, Tensor k, Tensor v, str bias, Tensor? slopes, Tensor? table, "
+      "Tensor? dense, float? scale, bool causal, Tensor out, Tensor lse, Tensor grad_out) -> "
+      "(Tensor grad_q, Tensor grad_k, Tensor grad_v, Tensor grad_slopes, Tensor grad_table, "
+      "Tensor grad_dense)");
 }
 
 TORCH_LIBRARY_IMPL(posbias, CPU, m) {
@@ -157,6 +162,7 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("alibi_bias_custom_pos", TORCH_FN(posbias::ops::alibi_bias_custom_pos));
   m.impl("attention", TORCH_FN(posbias::ops::attention_cpu));
   m.impl("attention_lse", TORCH_FN(posbias::ops::attention_lse_cpu));
+  m.impl("attention_backward", TORCH_FN(posbias::ops::attention_backward));
   m.impl("expand_distance_table", TORCH_FN(posbias::ops::expand_distance_table_cpu));
   m.impl("reduce_distance_table", TORCH_FN(posbias::ops::reduce_distance_table_cpu));
   m.impl("t5_distance_table", TORCH_FN(posbias::ops::t5_distance_table_cpu));
@@ -181,6 +187,7 @@ TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
   m.impl("alibi_bias_custom_pos", TORCH_FN(alibi_bias_custom_pos_autograd));
   m.impl("attention", TORCH_FN(attention_autograd));
   m.impl("attention_lse", TORCH_FN(attention_lse_autograd));
+  m.impl("attention_backward", TORCH_FN(posbias::ops::attention_backward));  // not differentiable
   m.impl("expand_distance_table", TORCH_FN(expand_distance_table_autograd));
   m.impl("reduce_distance_table", TORCH_FN(reduce_distance_table_autograd));
   m.impl("t5_distance_table", TORCH_FN(t5_distance_table_autograd));

@@ -6,6 +6,7 @@
 #include "posbias/torch.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <exception>
 #include <functional>
@@ -99,6 +100,42 @@ at::Tensor opt_or_undefined(const c10::optional<at::Tensor>& t) {
   return t.has_value() ? *t : at::Tensor();
 }
 
+// The core's attention_backward on torch tensors: grad_q, grad_k, grad_v and
+// (undefined when the kind has none) grad_slopes [h] float32, grad_table and
+// grad_dense in their tensors' dtypes and shapes.
+std::array<at::Tensor, 6> attention_grads(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const std::string& bias,
+                                          const at::Tensor& slopes, const at::Tensor& table,
+                                          const at::Tensor& dense, c10::optional<double> scale,
+                                          bool causal, const at::Tensor& out,
+                                          const at::Tensor& lse, at::Tensor go) {
+  if (!go.defined()) go = at::zeros_like(out);
+  if (go.scalar_type() != out.scalar_type()) go = go.to(out.scalar_type());
+  at::Tensor table32, dense32;
+  const AttentionArgs a =
+      attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
+  const DType dt = a.q.dtype();
+  TORCH_CHECK_TYPE(out.scalar_type() == q.scalar_type() && lse.scalar_type() == at::kFloat,
+                   "posbias.attention_backward: out must have q's dtype and lse be float32, got ",
+                   out.scalar_type(), " and ", lse.scalar_type());
+  check_cpu(out, "attention_backward", "out");
+  check_cpu(lse, "attention_backward", "lse");
+  const Tensor go_view = view_of(go, dt);
+  const Tensor out_view = view_of(out, dt);
+  const Tensor lse_view = view_of(lse, DType::kFloat32);
+  const AttentionGradients g = core_call([&] {
+    return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
+  });
+  std::array<at::Tensor, 6> r = {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v),
+                                 at::Tensor(), at::Tensor(), at::Tensor()};
+  if (slopes.defined() && !g.grad_slopes.empty()) {
+    r[3] = vector_tensor(g.grad_slopes).to(slopes.scalar_type()).view(slopes.sizes());
+  }
+  if (table.defined()) r[4] = to_torch(g.grad_table).to(table.scalar_type());
+  if (dense.defined()) r[5] = to_torch(g.grad_dense).to(dense.scalar_type());
+  return r;
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -138,29 +175,10 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const c10::optional<double> scale =
         sv.isNone() ? c10::nullopt : c10::optional<double>(sv.toDouble());
     const bool causal = ctx->saved_data["causal"].toBool();
-    at::Tensor go = grads[0];
-    if (!go.defined()) go = at::zeros_like(out);
-    if (go.scalar_type() != out.scalar_type()) go = go.to(out.scalar_type());
-    at::Tensor table32, dense32;
-    const AttentionArgs a =
-        attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-    const DType dt = a.q.dtype();
-    const Tensor go_view = view_of(go, dt);
-    const Tensor out_view = view_of(out, dt);
-    const Tensor lse_view = view_of(lse, DType::kFloat32);
-    const AttentionGradients g = core_call([&] {
-      return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
-    });
-    at::Tensor gslopes, gtable, gdense;
-    // Learned ALiBi slopes: the core's dL/dslope [h], in the slopes' dtype.
-    if (slopes.defined() && !g.grad_slopes.empty()) {
-      gslopes = vector_tensor(g.grad_slopes).to(slopes.scalar_type()).view(slopes.sizes());
-    }
-    if (table.defined()) gtable = to_torch(g.grad_table).to(table.scalar_type());
-    if (dense.defined()) gdense = to_torch(g.grad_dense).to(dense.scalar_type());
-    return {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v), at::Tensor(),
-            gslopes,            gtable,             gdense,             at::Tensor(),
-            at::Tensor()};
+    // Learned ALiBi slopes get the core's dL/dslope [h] (in the slopes' dtype).
+    const std::array<at::Tensor, 6> g = attention_grads(q, k, v, bias, slopes, table, dense,
+                                                        scale, causal, out, lse, grads[0]);
+    return {g[0], g[1], g[2], at::Tensor(), g[3], g[4], g[5], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -243,6 +261,21 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
   const AttentionForwardResult r = core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
   return {to_torch(r.out), to_torch(r.lse)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   c10::string_view bias, const c10::optional<at::Tensor>& slopes,
+                   const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
+                   c10::optional<double> scale, bool causal, const at::Tensor& out,
+                   const at::Tensor& lse, const at::Tensor& grad_out) {
+  std::array<at::Tensor, 6> g = attention_grads(
+      q, k, v, std::string(bias), opt_or_undefined(slopes), opt_or_undefined(table),
+      opt_or_undefined(dense), scale, causal, out, lse, grad_out);
+  for (at::Tensor& t : g) {
+    if (!t.defined()) t = at::empty({0}, at::kFloat);  // the kind has no such gradient
+  }
+  return {g[0], g[1], g[2], g[3], g[4], g[5]};
 }
 
 at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

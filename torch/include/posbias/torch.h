@@ -147,7 +147,8 @@ at::Tensor reduce_distance_table_cpu(const at::Tensor& grad, int64_t n);
 /// broadcastable to [b, h, i, j]); a tensor the kind does not use is an
 /// error. scale default 1/sqrt(d). causal: key c visible iff c <= q_r; a row
 /// without keys outputs zeros. The backward recomputes the scores block by
-/// block (posbias::attention_backward); no gradient for slopes.
+/// block (posbias::attention_backward); slopes that require grad get
+/// dL/dslope [h] (learned ALiBi slopes).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      c10::string_view bias = "none",
                      const c10::optional<at::Tensor>& slopes = c10::nullopt,
@@ -171,6 +172,23 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
     const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
     const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal);
+
+/// The backward of attention_lse as a plain function (no autograd): the
+/// gradients (grad_q, grad_k, grad_v, grad_slopes, grad_table, grad_dense)
+/// of a loss given grad_out = dL/dout, from the inputs exactly as given to
+/// the forward and a forward's out and lse (posbias::attention_backward).
+/// Passing the out and lse of attention over MORE keys than k, v hold (the
+/// merged softmax state of all key blocks) gives this key block's share of
+/// that attention's gradients: what ring attention's backward adds up.
+/// grad_slopes [h] float32, grad_table in the table's shape and dtype,
+/// grad_dense in the dense bias's; a kind's absent gradients are empty
+/// tensors (numel 0).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   c10::string_view bias, const c10::optional<at::Tensor>& slopes,
+                   const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
+                   c10::optional<double> scale, bool causal, const at::Tensor& out,
+                   const at::Tensor& lse, const at::Tensor& grad_out);
 
 /// attention_lse_cpu's output only.
 at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
