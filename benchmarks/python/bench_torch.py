@@ -4,12 +4,19 @@ One JSON object per line and case (issue 18): posbias called from Python and
 the PyTorch eager formulation (the bias materialised, as zeta and
 x-transformers compute it; autograd for backward) timed interleaved call by
 call (medians after a warm-up), and beside them the C++ tool's median of the
-same case, run by this script just before (`posbias-bench <suite> --only
-<case> --json`; its own PyTorch peers are switched off). Fields: case,
-posbias_ms, torch_ms, cpp_case, cpp_ms, ratio_to_cpp (posbias / C++; the
-targets are at most 1.15 or 1.25), speedup_vs_torch (torch / posbias; the
-targets are at least 10 or 5), target, target_met, max_rel_diff (posbias
-against the eager result), threads.
+same case from the same run (`posbias-bench <suite> --only <case> --json`;
+its own PyTorch peers are switched off). For the ratio to C++, posbias from
+Python is timed again in rounds alternating with the C++ tool's runs
+(posbias_alone_ms): a PyTorch eager call in between (seconds of 1 GiB
+allocations without huge pages) leaves the allocator and the page cache in a
+state that slowed the next posbias call up to 4x on the project's machine,
+which says nothing about the Python front end. Fields: case, posbias_ms and
+torch_ms (interleaved), speedup_vs_torch (torch / posbias; targets at least
+10 or 5), cpp_case, cpp_ms, posbias_alone_ms, ratio_to_cpp (posbias_alone /
+C++; targets at most 1.15 or 1.25), ratio_to_cpp_interleaved (posbias_ms /
+C++, for the record), target, target_met, max_rel_diff (posbias against the
+eager result), threads. Forward + backward cases run out.backward(grad)
+(autograd's backward of the module or op alone, no loss arithmetic).
 
 Cases and targets (issue 18): AlibiPositionalBias(16, 16)(4096, 4096), a new
 module each call (<= 1.15x C++); DynamicPositionBias(64, 8)(4096, 4096), a
@@ -83,6 +90,27 @@ def find_cpp(explicit):
     return found[0] if found else None
 
 
+def alternate_with_cpp(fn, cpp, suite, case, a, rounds=3):
+    """(C++ median, posbias median): `rounds` rounds of one C++ tool run
+    (its own warm-up and a.reps timed runs) then a.reps timed calls of fn;
+    the C++ figure is the median of its rounds' medians. (None, None) when
+    there is no C++ tool."""
+    if not cpp:
+        return None, None
+    cpp_ms, ours = [], []
+    for _ in range(rounds):
+        m = cpp_median(cpp, suite, case, a.reps, a.quick)
+        if m is None:
+            return None, None
+        cpp_ms.append(m)
+        fn()  # warm-up after the tool
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            fn()
+            ours.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(cpp_ms), statistics.median(ours)
+
+
 def cpp_median(cpp, suite, case, reps, quick):
     """The C++ tool's median_ms of `case` (None when there is no tool or the
     case is missing), run now."""
@@ -145,11 +173,15 @@ def torch_attention(q, k, v, slopes, causal):
 
 # ------------------------------------------------------------------ cases
 
-def row(case, ms, diff, cpp_case=None, cpp_ms=None, max_ratio_to_cpp=None, min_speedup=None):
+def row(case, ms, diff, cpp_case=None, cpp=(None, None), max_ratio_to_cpp=None,
+        min_speedup=None):
+    cpp_ms, alone_ms = cpp
     r = dict(case=case, posbias_ms=ms["posbias"], torch_ms=ms["torch"], cpp_case=cpp_case,
-             cpp_ms=cpp_ms, max_rel_diff=diff, threads=torch.get_num_threads())
-    r["ratio_to_cpp"] = ms["posbias"] / cpp_ms if cpp_ms else None
+             cpp_ms=cpp_ms, posbias_alone_ms=alone_ms, max_rel_diff=diff,
+             threads=torch.get_num_threads())
     r["speedup_vs_torch"] = ms["torch"] / ms["posbias"] if ms["posbias"] > 0 else None
+    r["ratio_to_cpp"] = alone_ms / cpp_ms if cpp_ms else None
+    r["ratio_to_cpp_interleaved"] = ms["posbias"] / cpp_ms if cpp_ms else None
     if max_ratio_to_cpp is not None:
         r["target"] = f"posbias <= {max_ratio_to_cpp}x C++"
         r["target_met"] = None if cpp_ms is None else r["ratio_to_cpp"] <= max_ratio_to_cpp
@@ -163,9 +195,9 @@ def bench_alibi(n, a):
     h = 16
     slopes = posbias.alibi_slopes(h)
     cpp_case = f"alibi_forward_h{h}_n{n}_f32"
-    cpp = cpp_median(a.cpp, "alibi", cpp_case, a.reps, a.quick)
     fns = {"posbias": lambda: posbias.AlibiPositionalBias(h, h)(n, n),  # a new module each call
            "torch": lambda: torch_alibi(slopes, h, n, n)}
+    cpp = alternate_with_cpp(fns["posbias"], a.cpp, "alibi", cpp_case, a)
     diff = rel_diff(fns["posbias"](), fns["torch"]())
     return [row(f"alibi_module_h{h}_n{n}_new_module", interleaved_ms(fns, a.reps), diff,
                 cpp_case, cpp, max_ratio_to_cpp=1.15)]
@@ -176,7 +208,6 @@ def bench_dpb(n, nb, a):
     ours, ref = posbias.DynamicPositionBias(64, 8), TorchDPB(64, 8)
     ref.load_state_dict(ours.state_dict())
     cpp_case = f"dpb_forward_alloc_d64_h8_n{n}"
-    cpp = cpp_median(a.cpp, "dpb", cpp_case, a.reps, a.quick)
 
     def fwd(m):
         def run():
@@ -185,6 +216,7 @@ def bench_dpb(n, nb, a):
         return run
 
     fns = {"posbias": fwd(ours), "torch": fwd(ref)}
+    cpp = alternate_with_cpp(fns["posbias"], a.cpp, "dpb", cpp_case, a)
     diff = rel_diff(fns["posbias"](), fns["torch"]())
     rows = [row(f"dpb_forward_d64_h8_n{n}_new_tensor", interleaved_ms(fns, a.reps), diff,
                 cpp_case, cpp, max_ratio_to_cpp=1.25)]
@@ -193,7 +225,7 @@ def bench_dpb(n, nb, a):
     def fb(m):
         def run():
             m.zero_grad(set_to_none=True)
-            (m(nb, nb) * g).sum().backward()
+            m(nb, nb).backward(g)
         return run
 
     fns = {"posbias": fb(ours), "torch": fb(ref)}
@@ -202,7 +234,7 @@ def bench_dpb(n, nb, a):
     gdiff = max(rel_diff(x.grad, y.grad) for x, y in zip(ours.parameters(), ref.parameters()))
     bwd_case = f"dpb_backward_d64_h8_n{nb}"  # the C++ backward alone, for reference
     rows.append(row(f"dpb_forward_backward_d64_h8_n{nb}", interleaved_ms(fns, a.reps), gdiff,
-                    bwd_case, cpp_median(a.cpp, "dpb", bwd_case, a.reps, a.quick),
+                    bwd_case, (cpp_median(a.cpp, "dpb", bwd_case, a.reps, a.quick), None),
                     min_speedup=10))
     return rows
 
@@ -217,7 +249,6 @@ def bench_attention(n, a):
     q, k, v = attention_inputs(1, h, n, n, d)
     slopes = posbias.alibi_slopes(h)
     cpp_case = f"attention_alibi_causal_h{h}_n{n}_d{d}"
-    cpp = cpp_median(a.cpp, "attention", cpp_case, a.reps, a.quick)
 
     def fwd(fn):
         def run():
@@ -227,6 +258,7 @@ def bench_attention(n, a):
 
     fns = {"posbias": fwd(lambda x, y, z: posbias.attention(x, y, z, slopes=slopes, causal=True)),
            "torch": fwd(lambda x, y, z: torch_attention(x, y, z, slopes, True))}
+    cpp = alternate_with_cpp(fns["posbias"], a.cpp, "attention", cpp_case, a)
     diff = rel_diff(fns["posbias"](), fns["torch"]())
     rows = [row(f"attention_alibi_causal_h{h}_n{n}_d{d}_forward", interleaved_ms(fns, a.reps),
                 diff, cpp_case, cpp, max_ratio_to_cpp=1.15)]
@@ -237,7 +269,7 @@ def bench_attention(n, a):
         def run():
             for t in leaves:
                 t.grad = None
-            (fn(*leaves) * go).sum().backward()
+            fn(*leaves).backward(go)
             return [t.grad for t in leaves]
         return run
 
@@ -254,7 +286,6 @@ def bench_decode(n, a):
     q, k, v = attention_inputs(1, h, 1, n, d, seed=1)
     slopes = posbias.alibi_slopes(h)
     cpp_case = f"decode_alibi_h{h}_n{n}_d{d}"
-    cpp = cpp_median(a.cpp, "attention", cpp_case, a.reps, a.quick)
 
     def run(fn):
         def call():
@@ -264,6 +295,7 @@ def bench_decode(n, a):
 
     fns = {"posbias": run(lambda: posbias.attention(q, k, v, slopes=slopes)),
            "torch": run(lambda: torch_attention(q, k, v, slopes, False))}
+    cpp = alternate_with_cpp(fns["posbias"], a.cpp, "attention", cpp_case, a)
     diff = rel_diff(fns["posbias"](), fns["torch"]())
     return [row(f"decode_alibi_h{h}_j{n}_d{d}", interleaved_ms(fns, a.reps), diff, cpp_case, cpp,
                 max_ratio_to_cpp=1.15)]
@@ -287,7 +319,7 @@ def main():
     else:
         a.cpp = find_cpp(a.cpp)
     # The C++ tool's --quick sizes, so that the case names match.
-    sizes = (dict(alibi=1024, dpb=1024, dpb_fb=128, attention=512, decode=4096) if a.quick else
+    sizes = (dict(alibi=1024, dpb=1024, dpb_fb=512, attention=512, decode=4096) if a.quick else
              dict(alibi=4096, dpb=4096, dpb_fb=2048, attention=2048, decode=32768))
     only = a.only or SUITES
     runs = {"alibi": lambda: bench_alibi(sizes["alibi"], a),
