@@ -80,7 +80,8 @@ class AlibiPositionalBias(_SlopeModule):
     out stays valid when the cache is replaced (it is never written to).
 
     Slopes stay float32 (.half() does not cast them); the output has the
-    module's dtype (float32 unless the module was cast) and device.
+    module's dtype (float32 unless the module was cast) and device; a
+    float64 module (.double()) computes in double (the reference path).
 
     learnable=True keeps the slopes as a Parameter (in the state dict as
     `slopes`, trained by any optimizer): forward(i, j) is then the core's
@@ -178,7 +179,8 @@ class AlibiPositionalBias(_SlopeModule):
         parallelism): [total_heads, len(q_pos), len(k_pos)],
         -m_h |k_pos[c] - q_pos[r]|. Positions are integer tensors (1-D)."""
         # Integer 1-d positions are the op's (and the core's) checks.
-        core_dtype = self.dtype if self.dtype in (torch.bfloat16, torch.float16) else None
+        core_dtype = (self.dtype if self.dtype in (torch.bfloat16, torch.float16, torch.float64)
+                      else None)  # float64: computed in double
         out = torch.ops.posbias.alibi_bias_custom_pos(self.slopes.cpu(), self.total_heads,
                                                       q_pos, k_pos, core_dtype)
         return out.to(self.device, self.dtype)
@@ -196,8 +198,8 @@ class AlibiBias(_SlopeModule):
     causal dist = max(r - c, 0) (future keys get 0: the causal mask is
     separate), non-causal |r - c|. Default slopes linspace(-0.05, -0.5, n_heads)
     (negative). Computed by the core (AlibiBias::build, the op
-    alibi_bias_build) in float32 and rounded once to `dtype` (float64: the
-    float32 result, widened exactly). The cache is keyed by
+    alibi_bias_build) in float32 and rounded once to `dtype` (float64: computed
+    in double on the reference path, the float32 slopes widened). The cache is keyed by
     (q_len, k_len, dtype, device). The slopes are a buffer, not trained."""
 
     def __init__(self, n_heads: int, causal: bool = True,
@@ -243,8 +245,7 @@ class AlibiBias(_SlopeModule):
         with self._lock:
             if self._cache_key == key:
                 return self._cached_bias
-            core_dtype = torch.float32 if dtype == torch.float64 else dtype
-            bias = self._core_build(self.slopes.cpu(), q_len, k_len, core_dtype)
+            bias = self._core_build(self.slopes.cpu(), q_len, k_len, dtype)  # float64: in double
             bias = bias.to(device=device, dtype=dtype)
             self._cache_key = key
             self._cached_bias = bias

@@ -62,7 +62,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
     ``softmax(scale * q @ k^T + bias, mask) @ v`` (softmax in float32).
 
     q [b, h, i, d]; k, v [b, hk, j, d] with h % hk == 0 (grouped-query); float32,
-    bfloat16 or float16, all three alike, on the CPU. Queries are the last i of
+    bfloat16 or float16, all three alike, on the CPU (float64 is refused with
+    TypeError: the core's attention has no float64 path yet). Queries are the last i of
     the j key positions (bottom-right): row r sits at q_r = j - i + r.
 
     bias: "none", "alibi" (slopes [h]: -m_h |c - q_r|), "table" (table
@@ -72,7 +73,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
     1/sqrt(d). causal masks key c for row r when c > q_r; a row without a
     visible key outputs zeros.
 
-    Differentiable with respect to q, k, v, table and dense. Returns [b, h, i, d]
+    Differentiable with respect to q, k, v, slopes (learned ALiBi), table and
+    dense. Returns [b, h, i, d]
     in q's dtype."""
     kind, scale = check_attention_args(q, k, v, bias, slopes, table, dense, scale, causal)
     return torch.ops.posbias.attention(q, k, v, kind, slopes, table, dense, scale, causal)

@@ -19,7 +19,8 @@ def expand_distance_table(table: torch.Tensor, i: int, j: int,
     (the op expand_distance_table), differentiable with respect to the table
     (the backward is the core's reduction, the op reduce_distance_table).
     table: float32, bfloat16 or float16 on the CPU, any strides; dtype: the
-    output dtype (default the table's). The core validates the arguments:
+    output dtype (default the table's). A float64 table or dtype takes the
+    reference path (the same gather in float64, ATen's autograd). The core validates the arguments:
     ValueError / TypeError with its message."""
     _checks.check_tensor("expand_distance_table: table", table, cpu=False)
     i = _checks.check_int("expand_distance_table: i", i)
@@ -48,7 +49,9 @@ class DynamicPositionBias(nn.Module):
     reduction). i and j are lengths, not positions: the seed's module(0, 5) is
     an empty [heads, 0, 5]. Trainable through autograd. The core computes in
     float32; the output has the parameters' dtype (float32, bfloat16 or
-    float16): a float64 module is refused with TypeError (docs/python.md).
+    float16). A float64 module (.double()) takes the reference path: the same
+    MLP and expansion in float64 with ATen ops (autograd's gradients), so
+    torch.autograd.gradcheck runs on it (docs/python.md).
 
     distance_table(j) returns the [heads, 2j - 1] table that
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]

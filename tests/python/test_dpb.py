@@ -1,6 +1,6 @@
 """DynamicPositionBias, RelativePositionBias and the table expansion against the
 reference; zeta state dicts; gradients (the float32 ops and modules against
-the float64 reference's autograd; float64 modules are refused)."""
+the float64 reference's autograd; float64 modules on the reference path)."""
 import pytest
 import torch
 from torch import nn
@@ -139,20 +139,16 @@ def test_dpb_table_op_gradients_x_transformers(depth, norm, log_distance):
         close(p.grad, r.grad, atol=1e-4, rtol=1e-4)
 
 
-def test_float64_is_refused_with_type_error():
-    """The core is float32 (a later issue adds float64): a float64 module's
-    table and bias are refused with TypeError, not computed in float32; the
-    state dict is the module's own either way."""
+def test_float64_module_keeps_its_state_dict_and_computes_in_float64():
+    """float64 modules take the reference path (issue 18; gradcheck in
+    test_float64.py); the state dict is the module's own either way."""
     m = posbias.DynamicPositionBias(4, 2).double()
     assert [n for n, _ in m.named_parameters()] == [
         "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "mlp.4.weight",
         "mlp.4.bias"]
-    for call in (lambda: m.distance_table(3), lambda: m(3, 5)):
-        with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
-            call()
+    assert m.distance_table(3).dtype == torch.float64 and m(3, 5).dtype == torch.float64
     t5 = posbias.RelativePositionBias(scale=1.0, num_buckets=8, max_distance=16, heads=2).double()
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
-        t5(2, 3)
+    assert t5(2, 3).dtype == torch.float64
 
 
 def test_dpb_sixteen_bit_module():

@@ -105,8 +105,12 @@ def test_op_level_errors_are_value_errors():
         torch.ops.posbias.expand_distance_table(torch.zeros(2, 8), 2, 3, None)
     with pytest.raises(ValueError, match="reduce_distance_table"):
         torch.ops.posbias.reduce_distance_table(torch.zeros(2, 3, 4), 5)
-    with pytest.raises(TypeError, match="table must be float32, bfloat16 or float16, got Double"):
-        torch.ops.posbias.expand_distance_table(torch.zeros(2, 7, dtype=torch.float64), 2, 3, None)
+    # float64 tables take the reference path (test_float64.py); integers are refused.
+    with pytest.raises(TypeError, match="table must be float32, bfloat16 or float16, got Int"):
+        torch.ops.posbias.expand_distance_table(torch.zeros(2, 7, dtype=torch.int32), 2, 3, None)
+    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got Double"):
+        q64 = torch.zeros(1, 1, 2, 4, dtype=torch.float64)
+        torch.ops.posbias.attention(q64, q64, q64, "none", None, None, None, None, False)
 
 
 def test_alibi_modules():

@@ -9,8 +9,13 @@
 // core_call (ValueError with its message); what only the front end sees (the
 // variant's spelling, the parameter count, a float64 or non-CPU tensor) is
 // checked here.
+//
+// float64 parameters take the reference path: the core validates float32
+// copies (its messages), then the MLP or the embedding gather runs in float64
+// with ATen ops, whose autograd gives the gradients (gradcheck in float64).
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -178,29 +183,95 @@ class T5TableFunction : public torch::autograd::Function<T5TableFunction> {
   }
 };
 
+// ------------------------------------------------- float64 reference path
+
+bool all_f64(at::TensorList params) {
+  return !params.empty() && std::all_of(params.begin(), params.end(), [](const at::Tensor& p) {
+    return p.defined() && p.scalar_type() == at::kDouble;
+  });
+}
+
+void check_j(const char* who, int64_t j) {
+  TORCH_CHECK_VALUE(j >= 1, "posbias.", who, ": j must be >= 1, got ", j);
+}
+
+at::Tensor dpb_f64(at::TensorList params, int64_t j, const std::string& variant,
+                   bool log_distance, bool norm, double eps) {
+  std::vector<at::Tensor> p32;
+  for (const at::Tensor& p : params) {
+    torch_bridge::check_cpu(p, kDpb, "a parameter");
+    p32.push_back(p.detach().to(at::kFloat));
+  }
+  core_dpb(p32, variant, log_distance, norm, eps);  // the core's checks of shapes and options
+  check_j(kDpb, j);
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor table;  // [2j - 1, heads], entry e for q_r - c = e - (j - 1)
+  if (variant == "zeta") {
+    at::Tensor x = at::arange(j, f64).unsqueeze(1);  // |q_r - c| = 0 .. j - 1
+    x = at::silu(at::linear(x, params[0], params[1]));
+    x = at::silu(at::linear(x, params[2], params[3]));
+    x = at::linear(x, params[4], params[5]);
+    table = x.index_select(0, (at::arange(2 * j - 1, at::kLong) - (j - 1)).abs());
+  } else {
+    at::Tensor x = at::arange(-(j - 1), j, f64).unsqueeze(1);
+    if (log_distance) x = at::sign(x) * at::log(x.abs() + 1);
+    const size_t per_block = norm ? 4 : 2, n = params.size();
+    for (size_t b = 0; b + 2 < n; b += per_block) {
+      x = at::linear(x, params[b], params[b + 1]);
+      if (norm) x = at::layer_norm(x, {x.size(1)}, params[b + 2], params[b + 3], eps);
+      x = at::silu(x);
+    }
+    table = at::linear(x, params[n - 2], params[n - 1]);
+  }
+  return table.t().contiguous();
+}
+
+at::Tensor t5_f64(const at::Tensor& embedding, int64_t j, bool causal, int64_t num_buckets,
+                  int64_t max_distance, double scale) {
+  core_t5(embedding.detach().to(at::kFloat), causal, num_buckets, max_distance, scale);
+  check_j(kT5, j);
+  std::vector<int64_t> buckets(static_cast<size_t>(2 * j - 1));
+  for (int64_t e = 0; e < 2 * j - 1; ++e) {
+    // entry e: q_r - c = e - (j - 1), so the relative position c - q_r = (j - 1) - e
+    buckets[static_cast<size_t>(e)] =
+        t5_relative_position_bucket((j - 1) - e, causal, num_buckets, max_distance);
+  }
+  const at::Tensor idx = at::tensor(buckets, at::kLong);
+  return (embedding.index_select(0, idx) * scale).t().contiguous();
+}
+
 }  // namespace
 
 namespace ops {
 
 at::Tensor dpb_distance_table_cpu(at::TensorList params, int64_t j, c10::string_view variant,
                                   bool log_distance, bool norm, double eps) {
+  if (all_f64(params)) return dpb_f64(params, j, std::string(variant), log_distance, norm, eps);
   const DynamicPositionBias m = core_dpb(params, std::string(variant), log_distance, norm, eps);
   return core_call([&] { return result_as(m.distance_table(j), params[0].scalar_type()); });
 }
 
 at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view variant,
                               bool log_distance, bool norm, double eps) {
+  // float64: ATen ops, recorded by autograd.
+  if (all_f64(params)) return dpb_f64(params, j, std::string(variant), log_distance, norm, eps);
   return DpbTableFunction::apply(params, j, std::string(variant), log_distance, norm, eps);
 }
 
 at::Tensor t5_distance_table_cpu(const at::Tensor& embedding, int64_t j, bool causal,
                                  int64_t num_buckets, int64_t max_distance, double scale) {
+  if (embedding.defined() && embedding.scalar_type() == at::kDouble) {
+    return t5_f64(embedding, j, causal, num_buckets, max_distance, scale);
+  }
   const RelativePositionBias m = core_t5(embedding, causal, num_buckets, max_distance, scale);
   return core_call([&] { return result_as(m.distance_table(j), embedding.scalar_type()); });
 }
 
 at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal,
                              int64_t num_buckets, int64_t max_distance, double scale) {
+  if (embedding.defined() && embedding.scalar_type() == at::kDouble) {
+    return t5_f64(embedding, j, causal, num_buckets, max_distance, scale);
+  }
   return T5TableFunction::apply(embedding, j, causal, num_buckets, max_distance, scale);
 }
 

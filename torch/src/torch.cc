@@ -182,6 +182,27 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
+// float64 ALiBi (the reference path): scale[h] * dist[r][c] in double for the
+// slopes' heads (their float32 values widened), zeros for the appended heads.
+// dist is a double [i, j]; the arguments were checked by a core call.
+at::Tensor alibi_f64(const std::vector<float>& slopes, int64_t total, const at::Tensor& dist,
+                     double sign) {
+  const int64_t h = static_cast<int64_t>(slopes.size());
+  at::Tensor out = at::zeros({total, dist.size(0), dist.size(1)}, at::kDouble);
+  const at::Tensor s = vector_tensor(slopes).to(at::kDouble) * sign;
+  out.narrow(0, 0, h).copy_(s.view({h, 1, 1}) * dist.unsqueeze(0));
+  return out;
+}
+
+bool wants_f64(const c10::optional<at::ScalarType>& dtype) {
+  return dtype.has_value() && *dtype == at::kDouble;
+}
+
+void check_lengths(const char* who, int64_t i, int64_t j) {
+  TORCH_CHECK_VALUE(i >= 0 && j >= 0, "posbias.", who, ": lengths must be >= 0, got i = ", i,
+                    ", j = ", j);
+}
+
 }  // namespace
 
 namespace ops {
@@ -205,9 +226,15 @@ at::Tensor alibi_slopes_range(int64_t total_heads, int64_t head_begin, int64_t h
 at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t total_heads,
                       c10::optional<at::ScalarType> dtype) {
   const std::vector<float> s = slope_vector(slopes, "alibi_bias");
-  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias") : DType::kFloat32;
   const int64_t h = static_cast<int64_t>(s.size());
   const int64_t total = total_heads == -1 ? h : total_heads;
+  if (wants_f64(dtype)) {  // -m_h |c - q_r| in double, q_r = j - i + r
+    core_call([&] { return posbias::alibi_bias(s, total, 0, 0); });  // the core's checks
+    check_lengths("alibi_bias", i, j);
+    const at::Tensor q = at::arange(j - i, j, at::kDouble).unsqueeze(1);
+    return alibi_f64(s, total, (at::arange(j, at::kDouble).unsqueeze(0) - q).abs(), -1.0);
+  }
+  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias") : DType::kFloat32;
   return core_call([&] { return to_torch(posbias::alibi_bias(s, total, i, j, dt)); });
 }
 
@@ -219,6 +246,13 @@ at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed
 at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool causal, int64_t q_len,
                             int64_t k_len, c10::optional<at::ScalarType> dtype) {
   const std::vector<float> s = slope_vector(slopes, "alibi_bias_build");
+  if (wants_f64(dtype)) {  // slope_h * dist in double, top-left positions
+    core_call([&] { return posbias::AlibiBias(n_heads, causal, s).build(0, 0); });  // checks
+    check_lengths("alibi_bias_build", q_len, k_len);
+    const at::Tensor d = at::arange(q_len, at::kDouble).unsqueeze(1) -
+                         at::arange(k_len, at::kDouble).unsqueeze(0);  // r - c
+    return alibi_f64(s, n_heads, causal ? d.clamp_min(0) : d.abs(), 1.0).unsqueeze(0);
+  }
   const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_build") : DType::kFloat32;
   return core_call(
       [&] { return to_torch(posbias::AlibiBias(n_heads, causal, s).build(q_len, k_len, dt)); });
@@ -247,8 +281,14 @@ at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
   const std::vector<float> s = slope_vector(slopes, "alibi_bias_custom_pos");
   const std::vector<std::int64_t> qp = position_vector(q_pos, "q_pos");
   const std::vector<std::int64_t> kp = position_vector(k_pos, "k_pos");
-  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_custom_pos") : DType::kFloat32;
   const int64_t th = total_heads < 0 ? static_cast<int64_t>(s.size()) : total_heads;
+  if (wants_f64(dtype)) {  // -m_h |k_pos[c] - q_pos[r]| in double
+    core_call([&] { return posbias::alibi_bias_custom_pos(s, th, qp, kp); });  // checks
+    const at::Tensor q = at::tensor(qp, at::kLong).to(at::kDouble).unsqueeze(1);
+    const at::Tensor k = at::tensor(kp, at::kLong).to(at::kDouble).unsqueeze(0);
+    return alibi_f64(s, th, (k - q).abs(), -1.0);
+  }
+  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_custom_pos") : DType::kFloat32;
   return core_call([&] { return to_torch(posbias::alibi_bias_custom_pos(s, th, qp, kp, dt)); });
 }
 
