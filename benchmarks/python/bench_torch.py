@@ -180,7 +180,7 @@ def row(case, ms, diff, cpp_case=None, cpp=(None, None), max_ratio_to_cpp=None,
              cpp_ms=cpp_ms, posbias_alone_ms=alone_ms, max_rel_diff=diff,
              threads=torch.get_num_threads())
     r["speedup_vs_torch"] = ms["torch"] / ms["posbias"] if ms["posbias"] > 0 else None
-    r["ratio_to_cpp"] = alone_ms / cpp_ms if cpp_ms else None
+    r["ratio_to_cpp"] = alone_ms / cpp_ms if cpp_ms and alone_ms else None
     r["ratio_to_cpp_interleaved"] = ms["posbias"] / cpp_ms if cpp_ms else None
     if max_ratio_to_cpp is not None:
         r["target"] = f"posbias <= {max_ratio_to_cpp}x C++"
