@@ -13,6 +13,7 @@
 #include "baselines.h"
 #include "bench_options.h"
 #include "bench_suite.h"
+#include "posbias/attention.h"
 #include "posbias/dtype.h"
 #include "posbias/tensor.h"
 
@@ -25,6 +26,9 @@ struct AttentionInputs {
 // Deterministic q [1, h, i, d] float32 and k, v [1, hk, j, d] in kv_dtype.
 AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
                                  std::int64_t d, DType kv_dtype = DType::kFloat32);
+
+// Options with causal = true (every case of the suite is causal but one).
+AttentionOptions causal_options();
 
 // Visible (query, key) pairs of one (batch, head) with i rows and j keys:
 // row r sits at q_offset + r and sees keys c in [pos - left, pos + right]

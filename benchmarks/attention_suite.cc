@@ -32,6 +32,12 @@ AttentionInputs attention_inputs(std::int64_t h, std::int64_t hk, std::int64_t i
   return in;
 }
 
+AttentionOptions causal_options() {
+  AttentionOptions opt;
+  opt.causal = true;
+  return opt;
+}
+
 double visible_pairs(std::int64_t i, std::int64_t j, std::int64_t q_offset, std::int64_t left,
                      std::int64_t right) {
   double pairs = 0;

@@ -29,9 +29,7 @@ struct DecodeInputs {
 bool accepts_f32_q_with(DType kv_dtype) {
   AttentionInputs tiny = attention_inputs(1, 1, 1, 4, 8, kv_dtype);
   try {
-    AttentionOptions opt;
-    opt.causal = true;
-    Tensor o = attention_forward(tiny.q, tiny.k, tiny.v, AttentionBias::none(), opt);
+    Tensor o = attention_forward(tiny.q, tiny.k, tiny.v, AttentionBias::none(), causal_options());
     return o.numel() > 0;
   } catch (const std::invalid_argument&) {
     return false;
@@ -54,9 +52,8 @@ DecodeInputs decode_inputs(std::int64_t hk, std::int64_t j, DType kv_dtype) {
 
 std::function<void()> decode_call(const DecodeInputs& d, const std::vector<float>& slopes) {
   return [&d, &slopes] {
-    AttentionOptions causal;
-    causal.causal = true;
-    Tensor out = attention_forward(d.in.q, d.in.k, d.in.v, AttentionBias::alibi(slopes), causal);
+    Tensor out =
+        attention_forward(d.in.q, d.in.k, d.in.v, AttentionBias::alibi(slopes), causal_options());
   };
 }
 
