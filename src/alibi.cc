@@ -31,9 +31,9 @@ void check_slopes_and_total(const char* who, const std::vector<float>& slopes,
   }
   const auto heads = static_cast<std::int64_t>(slopes.size());
   if (total_heads < heads) {
-    throw std::invalid_argument(std::string(who) + ": total_heads must be >= heads, got total_heads = " +
-                                std::to_string(total_heads) + ", heads = " +
-                                std::to_string(heads));
+    throw std::invalid_argument(std::string(who) +
+                                ": total_heads must be >= heads, got total_heads = " +
+                                std::to_string(total_heads) + ", heads = " + std::to_string(heads));
   }
   detail::check_finite_slopes(who, slopes);
 }
@@ -47,14 +47,13 @@ std::vector<float> negated_with_zero_heads(const std::vector<float>& slopes,
 }
 
 void fill(const detail::AlibiFillParams& p) {
-  const std::size_t bytes = static_cast<std::size_t>(p.heads) *
-                            static_cast<std::size_t>(p.rows) *
+  const std::size_t bytes = static_cast<std::size_t>(p.heads) * static_cast<std::size_t>(p.rows) *
                             static_cast<std::size_t>(p.cols) * dtype_size(p.dtype);
   detail::alibi_fill(p, bytes >= detail::stream_threshold_bytes());
 }
 
-void fill_bottom_right(const std::vector<float>& scale, std::int64_t i,
-                       std::int64_t j, DType dtype, void* out) {
+void fill_bottom_right(const std::vector<float>& scale, std::int64_t i, std::int64_t j, DType dtype,
+                       void* out) {
   detail::AlibiFillParams p;
   p.scale = scale.data();
   p.heads = static_cast<std::int64_t>(scale.size());
@@ -70,9 +69,10 @@ void fill_bottom_right(const std::vector<float>& scale, std::int64_t i,
 
 }  // namespace
 
-Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads,
-                  std::int64_t i, std::int64_t j, DType dtype) {
+Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads, std::int64_t i,
+                  std::int64_t j, DType dtype) {
   check_slopes_and_total("alibi_bias", slopes, total_heads);
+  check_output_dtype(dtype, "alibi_bias");
   check_lengths("alibi_bias", i, j);
   Tensor out = Tensor::empty({total_heads, i, j}, dtype);
   // Nothing to write: return before the per-head multipliers (total_heads of
@@ -83,14 +83,15 @@ Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads,
   return out;
 }
 
-void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
-                     std::int64_t i, std::int64_t j, DType dtype, void* out) {
+void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads, std::int64_t i,
+                     std::int64_t j, DType dtype, void* out) {
   check_slopes_and_total("alibi_bias_into", slopes, total_heads);
+  check_output_dtype(dtype, "alibi_bias_into");
   check_lengths("alibi_bias_into", i, j);
   const std::int64_t n = detail::checked_numel({total_heads, i, j}, dtype);
   if (out == nullptr && n > 0) {
-    throw std::invalid_argument("alibi_bias_into: out is null for " +
-                                std::to_string(n) + " elements");
+    throw std::invalid_argument("alibi_bias_into: out is null for " + std::to_string(n) +
+                                " elements");
   }
   if (n == 0) return;
   if (reinterpret_cast<std::uintptr_t>(out) % dtype_size(dtype) != 0) {
@@ -102,12 +103,11 @@ void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads,
   fill_bottom_right(negated_with_zero_heads(slopes, total_heads), i, j, dtype, out);
 }
 
-Tensor alibi_bias_custom_pos(const std::vector<float>& slopes,
-                             std::int64_t total_heads,
+Tensor alibi_bias_custom_pos(const std::vector<float>& slopes, std::int64_t total_heads,
                              const std::vector<std::int64_t>& q_pos,
-                             const std::vector<std::int64_t>& k_pos,
-                             DType dtype) {
+                             const std::vector<std::int64_t>& k_pos, DType dtype) {
   check_slopes_and_total("alibi_bias_custom_pos", slopes, total_heads);
+  check_output_dtype(dtype, "alibi_bias_custom_pos");
   const auto i = static_cast<std::int64_t>(q_pos.size());
   const auto j = static_cast<std::int64_t>(k_pos.size());
   if (i > 0 && j > 0) {
@@ -161,8 +161,9 @@ Tensor alibi_distance_table(const std::vector<float>& slopes, std::int64_t j,
   detail::check_finite_slopes(who, slopes);
   std::int64_t len = 0;
   if (__builtin_mul_overflow(j, std::int64_t{2}, &len)) {
-    throw std::length_error(std::string(who) + ": the table length 2j - 1 overflows int64 for j = " +
-                            std::to_string(j));
+    throw std::length_error(
+        std::string(who) +
+        ": the table length 2j - 1 overflows int64 for j = " + std::to_string(j));
   }
   len -= 1;
   const auto heads = static_cast<std::int64_t>(slopes.size());
@@ -184,12 +185,11 @@ Tensor alibi_distance_table(const std::vector<float>& slopes, std::int64_t j,
 // ------------------------------------------------------- AlibiPositionalBias
 
 AlibiPositionalBias::AlibiPositionalBias(std::int64_t heads,
-                                         std::optional<std::int64_t> total_heads,
-                                         DType dtype)
-    : AlibiPositionalBias(heads, total_heads,
-                          (detail::check_at_least("AlibiPositionalBias: heads", heads, 1),
-                           alibi_slopes(heads)),
-                          dtype) {}
+                                         std::optional<std::int64_t> total_heads, DType dtype)
+    : AlibiPositionalBias(
+          heads, total_heads,
+          (detail::check_at_least("AlibiPositionalBias: heads", heads, 1), alibi_slopes(heads)),
+          dtype) {}
 
 AlibiPositionalBias::AlibiPositionalBias(std::int64_t heads,
                                          std::optional<std::int64_t> total_heads,
@@ -198,16 +198,16 @@ AlibiPositionalBias::AlibiPositionalBias(std::int64_t heads,
       total_heads_(total_heads.value_or(heads)),
       slopes_(std::move(slopes)),
       dtype_(dtype) {
+  check_output_dtype(dtype_, "AlibiPositionalBias");
   detail::check_at_least("AlibiPositionalBias: heads", heads_, 1);
   if (static_cast<std::int64_t>(slopes_.size()) != heads_) {
     throw std::invalid_argument("AlibiPositionalBias: expected " + std::to_string(heads_) +
-                                " slopes (one per head), got " +
-                                std::to_string(slopes_.size()));
+                                " slopes (one per head), got " + std::to_string(slopes_.size()));
   }
   if (total_heads_ < heads_) {
-    throw std::invalid_argument("AlibiPositionalBias: total_heads must be >= heads, got total_heads = " +
-                                std::to_string(total_heads_) + ", heads = " +
-                                std::to_string(heads_));
+    throw std::invalid_argument(
+        "AlibiPositionalBias: total_heads must be >= heads, got total_heads = " +
+        std::to_string(total_heads_) + ", heads = " + std::to_string(heads_));
   }
   detail::check_finite_slopes("AlibiPositionalBias", slopes_);
 }
@@ -233,8 +233,7 @@ Tensor AlibiPositionalBias::forward(std::int64_t i, std::int64_t j) const {
   Tensor result = alibi_bias(slopes_, total_heads_, i, j, dtype);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::size_t bytes =
-        static_cast<std::size_t>(result.numel()) * dtype_size(dtype);
+    const std::size_t bytes = static_cast<std::size_t>(result.numel()) * dtype_size(dtype);
     const bool larger = !has_cache_ || result.numel() >= cache_.numel();
     if (dtype == dtype_ && larger && bytes <= cache_limit_bytes_) {
       cache_ = result;
@@ -249,9 +248,8 @@ Tensor AlibiPositionalBias::get_bias(std::int64_t i, std::int64_t j) const {
   return alibi_bias({1.0f}, 1, i, j, dtype());
 }
 
-Tensor AlibiPositionalBias::forward_custom_pos(
-    const std::vector<std::int64_t>& q_pos,
-    const std::vector<std::int64_t>& k_pos) const {
+Tensor AlibiPositionalBias::forward_custom_pos(const std::vector<std::int64_t>& q_pos,
+                                               const std::vector<std::int64_t>& k_pos) const {
   return alibi_bias_custom_pos(slopes_, total_heads_, q_pos, k_pos, dtype());
 }
 
@@ -261,6 +259,7 @@ DType AlibiPositionalBias::dtype() const {
 }
 
 void AlibiPositionalBias::set_dtype(DType dtype) {
+  check_output_dtype(dtype, "AlibiPositionalBias::set_dtype");
   std::lock_guard<std::mutex> lock(mutex_);
   if (dtype != dtype_) {
     dtype_ = dtype;
@@ -289,8 +288,7 @@ std::size_t AlibiPositionalBias::cache_limit_bytes() const {
 void AlibiPositionalBias::set_cache_limit_bytes(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   cache_limit_bytes_ = bytes;
-  if (has_cache_ &&
-      static_cast<std::size_t>(cache_.numel()) * dtype_size(dtype_) > bytes) {
+  if (has_cache_ && static_cast<std::size_t>(cache_.numel()) * dtype_size(dtype_) > bytes) {
     cache_ = Tensor();
     has_cache_ = false;
   }
@@ -314,9 +312,9 @@ std::vector<float> AlibiBias::default_slopes(std::int64_t n_heads) {
   const float step = (end - start) / static_cast<float>(n_heads - 1);
   const std::int64_t halfway = n_heads / 2;
   for (std::int64_t k = 0; k < n_heads; ++k) {
-    out[static_cast<std::size_t>(k)] =
-        k < halfway ? start + step * static_cast<float>(k)
-                    : end - step * static_cast<float>(n_heads - k - 1);
+    out[static_cast<std::size_t>(k)] = k < halfway
+                                           ? start + step * static_cast<float>(k)
+                                           : end - step * static_cast<float>(n_heads - k - 1);
   }
   return out;
 }
@@ -328,15 +326,16 @@ AlibiBias::AlibiBias(std::int64_t n_heads, bool causal, std::vector<float> slope
     : n_heads_(n_heads), causal_(causal), slopes_(std::move(slopes)) {
   detail::check_at_least("AlibiBias: n_heads", n_heads_, 1);
   if (static_cast<std::int64_t>(slopes_.size()) != n_heads_) {
-    throw std::invalid_argument("AlibiBias: slopes must have n_heads = " +
-                                std::to_string(n_heads_) + " entries, got " +
-                                std::to_string(slopes_.size()));
+    throw std::invalid_argument(
+        "AlibiBias: slopes must have n_heads = " + std::to_string(n_heads_) + " entries, got " +
+        std::to_string(slopes_.size()));
   }
   detail::check_finite_slopes("AlibiBias", slopes_);
 }
 
 Tensor AlibiBias::build(std::int64_t q_len, std::int64_t k_len, DType dtype) const {
   check_lengths("AlibiBias::build", q_len, k_len);
+  check_output_dtype(dtype, "AlibiBias::build");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (has_cache_ && cached_q_ == q_len && cached_k_ == k_len && cached_dtype_ == dtype) {

@@ -206,6 +206,7 @@ Described describe(const Prepared& pr, const Tensor& q, const Tensor& k, const T
   Described dsc;
   detail::AttentionParams& p = dsc.p;
   p.dtype = q.dtype();
+  p.kv_dtype = k.dtype();
   p.q = q.raw_data();
   p.k = k.raw_data();
   p.v = v.raw_data();
@@ -233,6 +234,7 @@ Described describe(const Prepared& pr, const Tensor& q, const Tensor& k, const T
       p.bias = detail::FusedBias::kTable;
       dsc.rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
       p.rtable = dsc.rtable.data();
+      p.table_centre = pr.j - 1;  // the user table read at j - 1 (issue 16 moves it to (n - 1) / 2)
       break;
     case AttentionBiasKind::kDense:
       p.bias = detail::FusedBias::kDense;

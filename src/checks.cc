@@ -11,9 +11,8 @@ namespace posbias::detail {
 
 void check_at_least(const char* what, std::int64_t value, std::int64_t min) {
   if (value < min) {
-    throw std::invalid_argument(std::string(what) + " must be >= " +
-                                std::to_string(min) + ", got " +
-                                std::to_string(value));
+    throw std::invalid_argument(std::string(what) + " must be >= " + std::to_string(min) +
+                                ", got " + std::to_string(value));
   }
 }
 
@@ -61,14 +60,12 @@ std::size_t physical_memory_bytes() {
 
 namespace posbias::detail {
 
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
-                           DType dtype) {
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype) {
   std::int64_t n = 1;
   bool overflow = false;
   for (std::int64_t extent : shape) {
     if (extent < 0) {
-      throw std::invalid_argument("tensor extents must be >= 0, got shape " +
-                                  shape_string(shape));
+      throw std::invalid_argument("tensor extents must be >= 0, got shape " + shape_string(shape));
     }
     if (!overflow && __builtin_mul_overflow(n, extent, &n)) overflow = true;
   }
@@ -76,17 +73,15 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
     if (extent == 0) return 0;  // an empty tensor never overflows
   }
   std::int64_t bytes = 0;
-  if (overflow || __builtin_mul_overflow(
-                      n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes)) {
-    throw std::length_error("tensor of shape " + shape_string(shape) + " (" +
-                            dtype_name(dtype) +
+  if (overflow || __builtin_mul_overflow(n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes)) {
+    throw std::length_error("tensor of shape " + shape_string(shape) + " (" + dtype_name(dtype) +
                             ") is too large: its size in bytes overflows int64");
   }
   if (static_cast<std::size_t>(bytes) > physical_memory_bytes()) {
-    throw std::length_error(
-        "tensor of shape " + shape_string(shape) + " (" + dtype_name(dtype) +
-        ") needs " + std::to_string(bytes) + " bytes, more than this machine's " +
-        std::to_string(physical_memory_bytes()) + " bytes of memory");
+    throw std::length_error("tensor of shape " + shape_string(shape) + " (" + dtype_name(dtype) +
+                            ") needs " + std::to_string(bytes) +
+                            " bytes, more than this machine's " +
+                            std::to_string(physical_memory_bytes()) + " bytes of memory");
   }
   return n;
 }
@@ -149,7 +144,8 @@ std::string quoted_name(std::string_view s) {
         detail::append_hex(out, "\\x", b, 2);
         ++k;
       } else if (b == 0xC2 && static_cast<unsigned char>(s[k + 1]) < 0xA0) {
-        detail::append_hex(out, "\\u", 0x80u + (static_cast<unsigned char>(s[k + 1]) - 0x80u), 4);  // C1
+        detail::append_hex(out, "\\u", 0x80u + (static_cast<unsigned char>(s[k + 1]) - 0x80u),
+                           4);  // C1
         k += 2;
       } else {
         out.append(s.substr(k, len));
@@ -197,6 +193,11 @@ std::string quoted_names(const std::vector<std::string>& names, std::size_t max_
   }
   if (names.size() > max_items) out += ", ... (" + std::to_string(names.size()) + " in all)";
   return out;
+}
+
+void unsupported_dtype(const char* what, DType dtype) {
+  throw std::invalid_argument(std::string(what) + ": dtype " + dtype_name(dtype) +
+                              " is not supported here (expected float32, bfloat16 or float16)");
 }
 
 }  // namespace posbias::detail

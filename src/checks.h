@@ -33,8 +33,7 @@ void check_finite_slopes(const char* what, const std::vector<float>& slopes);
 // The product of `shape`, after checking each extent is >= 0, that the
 // product and its byte size do not overflow, and that the bytes fit in the
 // machine's physical memory (std::length_error naming shape and bytes).
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape,
-                           DType dtype);
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype);
 
 // "[2, 3, 4]"
 std::string shape_string(const std::vector<std::int64_t>& shape);
@@ -58,6 +57,10 @@ using posbias::quoted_name;
 
 // Up to `max_items` names, each quoted_name(), comma-separated, then
 // ", ... (N in all)" when there are more.
+// For a switch over DType reached with a dtype its checks should have
+// refused: std::invalid_argument "<what>: dtype <name> is not supported here".
+[[noreturn]] void unsupported_dtype(const char* what, DType dtype);
+
 std::string quoted_names(const std::vector<std::string>& names, std::size_t max_items = 8);
 
 }  // namespace posbias::detail

@@ -76,6 +76,12 @@ struct ExpandShape {
 };
 
 ExpandShape check_expand(const Tensor& table, std::int64_t i, std::int64_t j, DType dtype) {
+  check_output_dtype(dtype, kExpand);
+  if (!is_output_dtype(table.dtype())) {
+    throw std::invalid_argument(std::string(kExpand) +
+                                ": the table must be float32, bfloat16 or float16, got " +
+                                dtype_name(table.dtype()));
+  }
   if (table.dim() != 2) {
     throw std::invalid_argument(std::string(kExpand) +
                                 ": the table must be 2-d [heads, n], got shape " +
@@ -152,6 +158,11 @@ Tensor contiguous_float32(const Tensor& g) {
     case DType::kFloat16:
       widen_rows(g.data<float16>(), g.shape(), g.strides(), d);
       break;
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("distance table gradient", g.dtype());
   }
   return out;
 }
@@ -181,6 +192,11 @@ void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_
       case DType::kFloat16:
         fill_reversed(table.data<float16>(), heads, head_stride, entry_stride, top, k0, n, dst);
         break;
+      case DType::kFloat64:
+      case DType::kInt32:
+      case DType::kUInt8:
+      case DType::kBool:
+        detail::unsupported_dtype("distance table", table.dtype());
     }
   };
   const std::size_t bytes = static_cast<std::size_t>(shape.count) * dtype_size(dtype);

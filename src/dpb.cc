@@ -218,8 +218,8 @@ float mlp_input(const DpbOptions& o, std::int64_t s) {
 namespace {
 
 // Parameters initialised as the constructor says, in state-dict order.
-void init_parameters(const DpbOptions& options, std::uint64_t seed,
-                     std::vector<std::string>& names, std::vector<Tensor>& params) {
+void init_parameters(const DpbOptions& options, std::uint64_t seed, std::vector<std::string>& names,
+                     std::vector<Tensor>& params) {
   const std::vector<ParamSpec> specs = param_specs(options);
   std::mt19937_64 rng(seed);
   for (const ParamSpec& s : specs) {
@@ -402,6 +402,7 @@ DynamicPositionBias DynamicPositionBias::clone() const {
 void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dtype,
                                        void* out) const {
   check_lengths("forward_into", i, j);
+  check_output_dtype(dtype, "DynamicPositionBias::forward_into");
   const std::int64_t n = detail::checked_numel({options_.heads, i, j}, dtype);
   if (n == 0) return;
   if (out == nullptr) {
@@ -438,6 +439,7 @@ void DynamicPositionBias::forward_into(std::int64_t i, std::int64_t j, DType dty
 
 Tensor DynamicPositionBias::forward(std::int64_t i, std::int64_t j, DType dtype) const {
   check_lengths("forward", i, j);
+  check_output_dtype(dtype, "DynamicPositionBias::forward");
   Tensor out = Tensor::empty({options_.heads, i, j}, dtype);
   forward_into(i, j, dtype, out.raw_mutable_data());
   return out;
@@ -522,7 +524,8 @@ namespace {
 
 [[noreturn]] void throw_unknown_name(const std::string& name,
                                      const std::vector<std::string>& names) {
-  throw std::invalid_argument("DynamicPositionBias: no parameter named " + detail::quoted_name(name) +
+  throw std::invalid_argument("DynamicPositionBias: no parameter named " +
+                              detail::quoted_name(name) +
                               " (parameters: " + detail::quoted_names(names) + ")");
 }
 

@@ -12,6 +12,14 @@ std::string dtype_name(DType dtype) {
       return "bfloat16";
     case DType::kFloat16:
       return "float16";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -22,6 +30,12 @@ DType parse_dtype(const std::string& name) {
   if (name == "float16" || name == "f16" || name == "half") return DType::kFloat16;
   throw std::invalid_argument("unknown dtype '" + name +
                               "' (expected float32, bfloat16 or float16)");
+}
+
+void check_output_dtype(DType dtype, const std::string& what) {
+  if (is_output_dtype(dtype)) return;
+  throw std::invalid_argument(what + ": dtype " + dtype_name(dtype) +
+                              " is not an output dtype (expected float32, bfloat16 or float16)");
 }
 
 }  // namespace posbias

@@ -54,6 +54,11 @@ const char* stored_name(DType dtype) {
       return "BF16";
     case DType::kFloat16:
       return "F16";
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("safetensors", dtype);
   }
   return "F32";
 }

@@ -168,6 +168,7 @@ void check_lengths(const char* who, std::int64_t i, std::int64_t j) {
 
 Tensor RelativePositionBias::forward(std::int64_t i, std::int64_t j, DType dtype) const {
   check_lengths("RelativePositionBias::forward", i, j);
+  check_output_dtype(dtype, "RelativePositionBias::forward");
   const Tensor e = checked_embedding(embedding_, num_buckets_, heads_);
   Tensor out = Tensor::empty({heads_, i, j}, dtype);
   if (i == 0 || j == 0) return out;
@@ -225,8 +226,8 @@ Tensor RelativePositionBias::backward_distance_table(std::int64_t j, const Tenso
   if (grad.shape() != want) {
     throw std::invalid_argument("RelativePositionBias::backward_distance_table: grad has shape " +
                                 detail::shape_string(grad.shape()) + ", expected " +
-                                detail::shape_string(want) + " [heads, 2j - 1] for j = " +
-                                std::to_string(j));
+                                detail::shape_string(want) +
+                                " [heads, 2j - 1] for j = " + std::to_string(j));
   }
   const Tensor g =
       grad.dtype() == DType::kFloat32 && grad.is_contiguous() ? grad : grad.to(DType::kFloat32);
@@ -253,13 +254,14 @@ void RelativePositionBias::load_state_dict(const TensorMap& state) {
   const auto it = state.find(kWeightName);
   if (it == state.end()) {
     throw std::invalid_argument(who + "missing \"" + kWeightName + "\"" +
-                                (state.empty() ? std::string(" (the state dict is empty)")
-                                               : " (got " + detail::quoted_name(state.begin()->first) + ")"));
+                                (state.empty()
+                                     ? std::string(" (the state dict is empty)")
+                                     : " (got " + detail::quoted_name(state.begin()->first) + ")"));
   }
   for (const auto& [name, t] : state) {
     if (name != kWeightName) {
-      throw std::invalid_argument(who + "unexpected " + detail::quoted_name(name) + " (expected only \"" +
-                                  kWeightName + "\")");
+      throw std::invalid_argument(who + "unexpected " + detail::quoted_name(name) +
+                                  " (expected only \"" + kWeightName + "\")");
     }
   }
   const Tensor& t = it->second;

@@ -33,7 +33,7 @@ std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& sha
   return strides;
 }
 
-float load_as_float(const void* base, DType dtype, std::int64_t index) {
+double load_as_double(const void* base, DType dtype, std::int64_t index) {
   switch (dtype) {
     case DType::kFloat32:
       return static_cast<const float*>(base)[index];
@@ -41,28 +41,64 @@ float load_as_float(const void* base, DType dtype, std::int64_t index) {
       return to_float(static_cast<const bfloat16*>(base)[index]);
     case DType::kFloat16:
       return to_float(static_cast<const float16*>(base)[index]);
+    case DType::kFloat64:
+      return static_cast<const double*>(base)[index];
+    case DType::kInt32:
+      return static_cast<const std::int32_t*>(base)[index];
+    case DType::kUInt8:
+    case DType::kBool:
+      return static_cast<const std::uint8_t*>(base)[index];
   }
-  return 0.0f;
+  return 0.0;
+}
+
+float load_as_float(const void* base, DType dtype, std::int64_t index) {
+  return static_cast<float>(load_as_double(base, dtype, index));
+}
+
+// An integer dtype stores the value rounded to the nearest integer and
+// clamped to its range (NaN as 0); bool stores v != 0.
+void store_from_double(void* base, DType dtype, std::int64_t index, double v) {
+  const auto integral = [v](double lo, double hi) {
+    return std::isnan(v) ? 0.0 : std::clamp(std::nearbyint(v), lo, hi);
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      static_cast<float*>(base)[index] = static_cast<float>(v);
+      break;
+    case DType::kBFloat16:
+      static_cast<bfloat16*>(base)[index] = to_bfloat16(static_cast<float>(v));
+      break;
+    case DType::kFloat16:
+      static_cast<float16*>(base)[index] = to_float16(static_cast<float>(v));
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(base)[index] = v;
+      break;
+    case DType::kInt32:
+      static_cast<std::int32_t*>(base)[index] =
+          static_cast<std::int32_t>(integral(-2147483648.0, 2147483647.0));
+      break;
+    case DType::kUInt8:
+      static_cast<std::uint8_t*>(base)[index] = static_cast<std::uint8_t>(integral(0.0, 255.0));
+      break;
+    case DType::kBool:
+      static_cast<std::uint8_t*>(base)[index] = v != 0.0 ? 1 : 0;
+      break;
+  }
 }
 
 void store_from_float(void* base, DType dtype, std::int64_t index, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[index] = v;
-      break;
-    case DType::kBFloat16:
-      static_cast<bfloat16*>(base)[index] = to_bfloat16(v);
-      break;
-    case DType::kFloat16:
-      static_cast<float16*>(base)[index] = to_float16(v);
-      break;
-  }
+  store_from_double(base, dtype, index, v);
 }
 
 template <typename T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
   if constexpr (std::is_same_v<T, bfloat16>) return DType::kBFloat16;
+  if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+  if constexpr (std::is_same_v<T, std::int32_t>) return DType::kInt32;
+  if constexpr (std::is_same_v<T, std::uint8_t>) return DType::kUInt8;
   return DType::kFloat16;
 }
 
@@ -208,7 +244,9 @@ bool Tensor::is_contiguous() const { return strides_ == row_major_strides(shape_
 
 template <typename T>
 const T* Tensor::data() const {
-  if (dtype_of<T>() != dtype_) {
+  // uint8_t reads kBool too (one byte, 0 or 1).
+  const bool byte_bool = std::is_same_v<T, std::uint8_t> && dtype_ == DType::kBool;
+  if (dtype_of<T>() != dtype_ && !byte_bool) {
     throw std::invalid_argument("Tensor::data<" + dtype_name(dtype_of<T>()) + ">() on a " +
                                 dtype_name(dtype_) + " tensor");
   }
@@ -226,6 +264,12 @@ template const float16* Tensor::data<float16>() const;
 template float* Tensor::mutable_data<float>();
 template bfloat16* Tensor::mutable_data<bfloat16>();
 template float16* Tensor::mutable_data<float16>();
+template const double* Tensor::data<double>() const;
+template const std::int32_t* Tensor::data<std::int32_t>() const;
+template const std::uint8_t* Tensor::data<std::uint8_t>() const;
+template double* Tensor::mutable_data<double>();
+template std::int32_t* Tensor::mutable_data<std::int32_t>();
+template std::uint8_t* Tensor::mutable_data<std::uint8_t>();
 
 const void* Tensor::raw_data() const {
   if (!storage_) return nullptr;
@@ -288,7 +332,7 @@ Tensor Tensor::to(DType dtype) const {
   std::int64_t k = 0;
   void* dst = out.raw_mutable_data();
   for_each_index(shape_, strides_, offset_, [&](std::int64_t pos) {
-    store_from_float(dst, dtype, k++, load_as_float(storage_.get(), dtype_, pos));
+    store_from_double(dst, dtype, k++, load_as_double(storage_.get(), dtype_, pos));
   });
   // 16-bit -> 16-bit of the same type copies bits exactly: the float32
   // round trip of a bfloat16 or float16 value is exact.

@@ -36,7 +36,7 @@ namespace posbias {
 enum class AttentionBiasKind : std::uint8_t {
   kNone,           ///< no bias
   kAlibi,          ///< -slope[h] * |c - q_r|
-  kDistanceTable,  ///< table[h][(q_r - c) + (j - 1)] (DPB, T5 buckets, any Toeplitz bias)
+  kDistanceTable,  ///< table[h][(q_r - c) + (n - 1) / 2] (DPB, T5 buckets, any Toeplitz bias)
   kDense,          ///< any tensor broadcastable to [b, h, i, j]
 };
 
@@ -44,13 +44,19 @@ enum class AttentionBiasKind : std::uint8_t {
 /// the static functions; only the member of its kind is read.
 struct AttentionBias {
   AttentionBiasKind kind = AttentionBiasKind::kNone;
-  /// kAlibi: h finite float32 slopes (never cast to a 16-bit input dtype);
-  /// bias[h][r][c] = -slopes[h] * |c - q_r|.
+  /// kAlibi: finite float32 slopes (never cast to a 16-bit input dtype),
+  /// either h of them (one per query head) or b * h ([b, h] row-major: one
+  /// set per sequence, as FlashAttention-2's alibi_slopes [b, h]; b is the
+  /// number of sequences, also for packed and paged calls);
+  /// bias[s][h][r][c] = -slopes[s][h] * |c - q_r|.
   std::vector<float> slopes;
-  /// kDistanceTable: float32 [h, n] with n >= 2j - 1 (any strides);
-  /// bias[h][r][c] = table[h][(q_r - c) + (j - 1)], entries past 2j - 2 unused.
-  /// Non-causal attention then needs i <= j (otherwise rows with q_r < 0 would
-  /// read before the table).
+  /// kDistanceTable: float32 [h, n], n odd (any strides), read at its centre:
+  /// bias[h][r][c] = table[h][(q_r - c) + (n - 1) / 2]. One table built for
+  /// the longest sequence therefore serves every shorter one. n must cover
+  /// every visible (row, key) pair: (n - 1) / 2 >= |q_r - c| for each of them
+  /// (with causal attention only q_r - c >= 0 is read, but the table is still
+  /// centred). A table of n = 2j - 1 reads exactly as before this rule
+  /// (centre j - 1); a longer one used to be read at j - 1.
   Tensor table;
   /// kDense: float32, at most 4 dimensions, broadcastable to [b, h, i, j]
   /// (right-aligned like PyTorch; size-1 or missing dimensions broadcast);
@@ -67,19 +73,49 @@ struct AttentionBias {
   static AttentionBias dense_bias(Tensor bias);
 };
 
-/// Options of attention_forward() and attention_reference().
+/// A sliding window around each query position: key c is visible to the
+/// query at position q_r iff q_r - left <= c <= q_r + right; -1 leaves that
+/// side unbounded (both -1: no window). With causal attention `right` is 0 in
+/// effect. Entries below -1 are refused.
+struct AttentionWindow {
+  std::int64_t left = -1;
+  std::int64_t right = -1;
+};
+
+/// Options of every attention call (dense, packed, paged; forward, backward,
+/// reference). All compose with each other, with every bias kind, with
+/// grouped-query heads and with every dtype.
 struct AttentionOptions {
   /// Multiplies q k^T; must be finite. Default 1 / sqrt(d).
   std::optional<float> scale;
-  /// Mask key c for row r when c > q_r = j - i + r.
+  /// Mask key c for row r when c > q_r (the row's position).
   bool causal = false;
+  /// Position of query row 0 minus that of key 0 (signed): row r sits at
+  /// q_r = q_offset + r, key c at c. Default j - i (bottom-right). A
+  /// context-parallel shard or a chunk of a longer prefill passes its global
+  /// offset. Dense calls only: packed and paged calls put each sequence's
+  /// queries at its last positions (j_s - i_s) and refuse an explicit offset.
+  std::optional<std::int64_t> q_offset;
+  /// Sliding window (see AttentionWindow); default none.
+  AttentionWindow window;
+  /// Logit soft-capping (Gemma 2, Grok): the score becomes
+  /// softcap * tanh(scale q.k / softcap), then the bias is added. 0: off;
+  /// otherwise finite and > 0.
+  float softcap = 0.0f;
+  /// Key padding mask [b, j] of kBool or kUInt8 (any strides), 1 = attend,
+  /// 0 = masked (Hugging Face's attention_mask). Empty (numel 0 and dim != 2):
+  /// none. A masked key is never read. Dense calls only.
+  Tensor key_mask;
 };
 
 /// Fused attention with a positional bias (FlashAttention-2 style).
 ///
-/// q [b, h, i, d], k and v [b, hk, j, d] (h % hk == 0), any strides; all
-/// three float32, bfloat16 or float16 (the same dtype). Returns
-/// out [b, h, i, d], contiguous, in q's dtype. d >= 1; b, h, i, j >= 0.
+/// q [b, h, i, d], k and v [b, hk, j, d] (h % hk == 0), any strides. Dtypes:
+/// all three float32, bfloat16 or float16 (the same dtype), or q float32 with
+/// k and v both bfloat16 or both float16 (a 16-bit KV cache with float32
+/// queries, llama.cpp's arrangement: K and V are read as 16 bits and widened
+/// in registers). Returns out [b, h, i, d], contiguous, in q's dtype.
+/// d >= 1; b, h, i, j >= 0.
 ///
 /// Algorithm: query blocks x key blocks with an online softmax (running
 /// max, running sum, rescaled float32 accumulator); ALiBi is added as the
@@ -109,10 +145,10 @@ struct AttentionOptions {
 /// than threads (decode, i small), the keys are split across threads and
 /// the partial softmax states merged. Grouped-query decode (i <= 4,
 /// hk < h): one task serves up to 32 rows (query heads of one kv head x
-/// query rows), so each key and value row is read once for all of them. The block sizes and that split follow
-/// omp_get_max_threads(), so results may differ in the last bits between
-/// thread counts (always within the tolerance above); for a given thread
-/// count they are deterministic. Safe to call from many threads at once.
+/// query rows), so each key and value row is read once for all of them. The block sizes and that
+/// split follow omp_get_max_threads(), so results may differ in the last bits between thread counts
+/// (always within the tolerance above); for a given thread count they are deterministic. Safe to
+/// call from many threads at once.
 ///
 /// Cost: O(b h i j d) flops (about half for causal i = j); memory
 /// O(b h i d) for the output, O(h j) for a distance table, and per thread
@@ -121,9 +157,13 @@ struct AttentionOptions {
 ///
 /// Errors: std::invalid_argument with the shapes in the message for
 /// mismatched ranks, batch, head or length extents or d, h % hk != 0,
-/// d = 0, mixed dtypes, a non-finite scale, a slope count other than h,
-/// non-finite slopes, a table shorter than 2j - 1 or with a head count other
-/// than h, a dense bias that does not broadcast or is not float32.
+/// d = 0, a dtype combination other than the above, a non-finite scale, a
+/// slope count other than h or b * h, non-finite slopes, a table of even
+/// length, too short for the longest visible distance or with a head count
+/// other than h, a dense bias that does not broadcast or is not float32, a
+/// window entry below -1, a negative or non-finite softcap, a key mask whose
+/// shape is not [b, j] or whose dtype is not bool or uint8. Nothing is
+/// allocated before the arguments are checked.
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                          const AttentionBias& bias = AttentionBias::none(),
                          const AttentionOptions& options = {});
@@ -161,8 +201,9 @@ struct AttentionGradients {
   /// kDense: float32 in the dense bias's shape: dS summed over the
   /// broadcast dimensions. Empty for the other kinds.
   Tensor grad_dense;
-  /// kAlibi: float32 [h], dL/dslope[h] = sum of dS * -|c - q_r|. Empty
-  /// otherwise.
+  /// kAlibi: float32, one per slope given (h, or b * h for per-sequence
+  /// slopes): dL/dslope = sum of dS * -|c - q_r| over the rows and keys the
+  /// slope applies to. Empty otherwise.
   std::vector<float> grad_slopes;
 };
 
@@ -205,6 +246,118 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
 Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionBias& bias = AttentionBias::none(),
                            const AttentionOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// Packed variable-length batches (FlashAttention-2's varlen layout)
+// ---------------------------------------------------------------------------
+
+/// Attention over b sequences packed along one token dimension, without
+/// padding: q [total_q, h, d], k and v [total_k, hk, d] (any strides, dtypes as
+/// attention_forward()), cu_seqlens_q and cu_seqlens_k int32 [b + 1]
+/// (kInt32, any stride): sequence s has queries q[cu_seqlens_q[s] ..
+/// cu_seqlens_q[s + 1]) and keys k[cu_seqlens_k[s] .. cu_seqlens_k[s + 1]).
+/// Positions restart at 0 in every sequence and are bottom-right within it:
+/// with i_s queries and j_s keys, query row r sits at j_s - i_s + r. Empty
+/// sequences are allowed; a row that sees no key (i_s > j_s, causal) outputs
+/// zeros. Returns out [total_q, h, d], contiguous, in q's dtype.
+///
+/// The bias is any kind: ALiBi slopes [h] or per sequence [b, h]; a distance
+/// table [h, n] read at its centre (one table serves every sequence); a dense
+/// bias is refused (it has no packed layout). Options: scale, causal, window,
+/// softcap; q_offset and key_mask are refused (positions are per sequence,
+/// and packing has no padding to mask).
+///
+/// Work: tasks (sequence, head, query block), scheduled longest first over
+/// the threads with no barrier per sequence; no work or memory for padding.
+///
+/// Errors: those of attention_forward(), plus std::invalid_argument naming
+/// the values for cu_seqlens that are not int32, not 1-d of the same length
+/// b + 1 >= 1, do not start at 0, decrease, or do not end at total_q (total_k).
+Tensor attention_varlen_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                const AttentionBias& bias = AttentionBias::none(),
+                                const AttentionOptions& options = {});
+
+/// attention_varlen_forward() and the log-sum-exp of every row, float32
+/// [h, total_q] (FlashAttention-2's varlen softmax_lse layout); -inf for a row
+/// that sees no key.
+AttentionForwardResult attention_varlen_forward_lse(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+    const Tensor& cu_seqlens_k, const AttentionBias& bias = AttentionBias::none(),
+    const AttentionOptions& options = {});
+
+/// The backward of attention_varlen_forward(), as attention_backward() for
+/// the packed layout: out and grad_out [total_q, h, d], lse float32
+/// [h, total_q] (from attention_varlen_forward_lse()). grad_q [total_q, h, d],
+/// grad_k and grad_v [total_k, hk, d]; grad_table [h, n]; grad_slopes with as
+/// many values as the slopes given (h or b * h). No [i, j] buffer.
+AttentionGradients attention_varlen_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                             const AttentionBias& bias,
+                                             const AttentionOptions& options, const Tensor& out,
+                                             const Tensor& lse, const Tensor& grad_out);
+
+/// The plain path of attention_varlen_forward() (same contract and checks),
+/// one double-accumulated row at a time: for reference and small shapes.
+Tensor attention_varlen_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                  const AttentionBias& bias = AttentionBias::none(),
+                                  const AttentionOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// KV caches: paged (vLLM / FlashAttention block_table) or one slab per
+// sequence (flash_attn_with_kvcache without a block table)
+// ---------------------------------------------------------------------------
+
+/// Attention of new queries against a KV cache, FlashAttention-2's
+/// flash_attn_with_kvcache layout:
+///   q [b, i, h, d] (i = 1: decode; i > 1: chunked append or speculative
+///   verification), any strides;
+///   cache_seqlens int32 [b]: sequence s has j_s = cache_seqlens[s] keys, and
+///   its i queries are its last i positions (row r at j_s - i + r);
+///   block_table int32 [b, max_blocks] (any strides), or empty:
+///   - paged: k_cache and v_cache [num_blocks, block_size, hk, d] (any
+///     block_size >= 1, any strides); key c of sequence s is row
+///     c % block_size of block block_table[s][c / block_size]; the entries a
+///     sequence does not use (past ceil(j_s / block_size)) are not read;
+///   - empty block_table: k_cache and v_cache [b, max_len, hk, d], one slab
+///     per sequence, keys [0, j_s) of slab s.
+/// Dtypes as attention_forward() (q float32 with a 16-bit cache included).
+/// Every bias kind but dense (ALiBi [h] or per sequence [b, h], a centred
+/// distance table), causal, window, softcap; q_offset and key_mask refused.
+/// Returns out [b, i, h, d], contiguous, in q's dtype. Only the cache rows
+/// of keys [0, j_s) are read, each once for all the query heads of its kv
+/// head.
+///
+/// Errors: std::invalid_argument with the values for a block_table or
+/// cache_seqlens that is not int32 or has the wrong shape, a cache_seqlens
+/// entry that is negative or above max_blocks * block_size (max_len without
+/// a block table), a block index outside [0, num_blocks) among the entries a
+/// sequence uses, k_cache and v_cache of different shapes or dtypes, and
+/// those of attention_forward().
+Tensor attention_kvcache_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                 const Tensor& cache_seqlens, const Tensor& block_table,
+                                 const AttentionBias& bias = AttentionBias::none(),
+                                 const AttentionOptions& options = {});
+
+/// The plain path of attention_kvcache_forward() (same contract and checks).
+Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                   const Tensor& cache_seqlens, const Tensor& block_table,
+                                   const AttentionBias& bias = AttentionBias::none(),
+                                   const AttentionOptions& options = {});
+
+/// Writes new keys and values into their cache slots, as flash_attn_with_kvcache
+/// does with k= and v=: k_new and v_new [b, n, hk, d] (any strides, any dtype
+/// of the float three; converted to the cache's dtype, rounded once) go to
+/// positions cache_seqlens[s] .. cache_seqlens[s] + n - 1 of sequence s, in
+/// the cache layout of attention_kvcache_forward() (paged with block_table,
+/// or slabs when it is empty). cache_seqlens is not changed: attend with
+/// cache_seqlens + n afterwards. Errors: std::invalid_argument with the values
+/// for an append past the cache's end (cache_seqlens[s] + n above
+/// max_blocks * block_size, or max_len), a block index outside
+/// [0, num_blocks), shapes or dtypes that do not match the cache.
+void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlens,
+                    const Tensor& block_table, const Tensor& k_new, const Tensor& v_new);
 
 }  // namespace posbias
 

@@ -15,26 +15,62 @@
 
 namespace posbias {
 
-/// Output element type. Slopes and every intermediate stay float32 whatever
-/// the output dtype (FlashAttention #846: casting a module must not cast its
-/// slopes).
+/// Element type of a Tensor.
+///
+/// The three float types kFloat32, kBFloat16 and kFloat16 are the output
+/// dtypes of posbias: every result is computed in float32 and rounded once.
+/// Slopes and every intermediate stay float32 whatever the output dtype
+/// (FlashAttention #846: casting a module must not cast its slopes).
+/// kFloat64 is accepted where a call says so (the reference paths compute in
+/// double). The integer types are for index and mask inputs: kInt32 for
+/// cu_seqlens, cache_seqlens and block tables, kUInt8 and kBool (one byte,
+/// 0 or 1, PyTorch's torch.bool) for key masks; they are never outputs.
 enum class DType : std::uint8_t {
   kFloat32 = 0,
   kBFloat16 = 1,
   kFloat16 = 2,
+  kFloat64 = 3,
+  kInt32 = 4,
+  kUInt8 = 5,
+  kBool = 6,
 };
 
-/// Bytes per element: 4 for kFloat32, 2 for the 16-bit types.
+/// Bytes per element: 8 for kFloat64, 4 for kFloat32 and kInt32, 2 for the
+/// 16-bit types, 1 for kUInt8 and kBool.
 constexpr std::size_t dtype_size(DType dtype) {
-  return dtype == DType::kFloat32 ? 4 : 2;
+  switch (dtype) {
+    case DType::kFloat64:
+      return 8;
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return 2;
+    case DType::kUInt8:
+    case DType::kBool:
+      return 1;
+  }
+  return 4;
 }
 
-/// "float32", "bfloat16" or "float16" (PyTorch's names without `torch.`).
+/// True for the output dtypes: float32, bfloat16 and float16.
+constexpr bool is_output_dtype(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+}
+
+/// PyTorch's name without `torch.`: "float32", "bfloat16", "float16",
+/// "float64", "int32", "uint8" or "bool".
 std::string dtype_name(DType dtype);
 
-/// Parses "float32"/"f32"/"float", "bfloat16"/"bf16", "float16"/"f16"/"half".
-/// Throws std::invalid_argument naming the bad string and the accepted ones.
+/// Parses an output dtype: "float32"/"f32"/"float", "bfloat16"/"bf16",
+/// "float16"/"f16"/"half". Throws std::invalid_argument naming the bad string
+/// and the accepted ones (the other dtypes are not output dtypes).
 DType parse_dtype(const std::string& name);
+
+/// Throws std::invalid_argument "<what>: dtype <name> is not an output dtype
+/// (expected float32, bfloat16 or float16)" unless is_output_dtype(dtype).
+void check_output_dtype(DType dtype, const std::string& what);
 
 /// A bfloat16 value stored as its 16 bits (the top half of a float32).
 struct bfloat16 {
@@ -71,9 +107,7 @@ inline bfloat16 to_bfloat16(float x) {
 }
 
 /// bfloat16 -> float32 (exact).
-inline float to_float(bfloat16 x) {
-  return bits_float(static_cast<std::uint32_t>(x.bits) << 16);
-}
+inline float to_float(bfloat16 x) { return bits_float(static_cast<std::uint32_t>(x.bits) << 16); }
 
 /// float32 -> float16, round to nearest even, overflow to +-inf, subnormals
 /// rounded correctly, NaN stays a (quiet) NaN.

@@ -73,7 +73,8 @@ class Tensor {
   bool is_contiguous() const;
 
   /// Pointer to the first element (offset applied). T must match dtype():
-  /// float for kFloat32, bfloat16, float16 (std::invalid_argument otherwise).
+  /// float for kFloat32, bfloat16, float16, double for kFloat64, int32_t for
+  /// kInt32, uint8_t for kUInt8 and kBool (std::invalid_argument otherwise).
   template <typename T>
   const T* data() const;
   template <typename T>
@@ -98,7 +99,9 @@ class Tensor {
   Tensor contiguous_copy() const;
 
   /// A contiguous copy converted to `dtype` (float32 -> 16-bit rounds once to
-  /// nearest even).
+  /// nearest even; float64 -> 16-bit rounds through float32, as PyTorch;
+  /// to an integer dtype: nearest integer, clamped to its range, NaN as 0;
+  /// to kBool: value != 0).
   Tensor to(DType dtype) const;
 
   /// All elements, row-major, converted to float32.

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "checks.h"
 #include "kernels/alibi_fill.h"
 #include "kernels/float_store.h"
 
@@ -215,6 +216,11 @@ void FillRows(const AlibiFillParams& p, std::int64_t row_begin, std::int64_t row
     case DType::kFloat16:
       FillRowsT<float16>(p, row_begin, row_end, stream);
       break;
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("alibi fill", p.dtype);
   }
 }
 
@@ -302,6 +308,11 @@ void alibi_fill_by_table(const AlibiFillParams& p, bool stream) {
     case DType::kFloat16:
       fill_by_table<float16>(p, stream);
       break;
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("alibi fill", p.dtype);
   }
 }
 

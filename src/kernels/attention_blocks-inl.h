@@ -33,6 +33,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "checks.h"
 #include "kernels/attention_params.h"
 #include "posbias/dtype.h"
 
@@ -97,6 +98,11 @@ inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_
     case DType::kFloat16:
       PackRowT(static_cast<const float16*>(base) + offset, stride, n, mul, dst);
       break;
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("attention", dt);
   }
 }
 

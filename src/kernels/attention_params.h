@@ -20,29 +20,72 @@ namespace posbias::detail {
 
 enum class FusedBias : std::uint8_t { kNone, kAlibi, kTable, kDense };
 
+// How the keys of a sequence are addressed.
+enum class KeyLayout : std::uint8_t {
+  kDense,  // key c of sequence s at k + s k_stride[0] + (k_row0_s + c) k_stride[2]
+  kPaged,  // key c of s: block block_table[s][c / block_size], row c % block_size
+};
+
 // Everything is checked by the caller. Strides are in elements.
+//
+// A call is b sequences (batch entries). In a dense call every sequence has
+// i queries and j keys; in a packed (varlen) call sequence s has the query
+// rows [cu_q[s], cu_q[s + 1]) and key rows [cu_k[s], cu_k[s + 1]) of the
+// token dimension (dimension 2 of the strides below; dimension 0 has stride
+// 0); in a KV-cache call sequence s has seqlen_k[s] keys and the i queries
+// at its last positions. i and j are then the longest sequence's (for
+// blocking and scratch sizes). sequence() below is the one place that reads
+// these.
 struct AttentionParams {
-  DType dtype = DType::kFloat32;  // of q, k, v and of every tensor output
-  const void* q = nullptr;        // [b, h, i, d]
-  const void* k = nullptr;        // [b, hk, j, d]
-  const void* v = nullptr;        // [b, hk, j, d]
+  DType dtype = DType::kFloat32;     // of q and of every tensor output
+  DType kv_dtype = DType::kFloat32;  // of k and v (16-bit with a float32 q)
+  const void* q = nullptr;           // [b, h, i, d]
+  const void* k = nullptr;           // [b, hk, j, d], or the paged cache
+  const void* v = nullptr;           // [b, hk, j, d], or the paged cache
+  // q, out-like tensors: [sequence, head, row, element]. k, v: [sequence,
+  // kv head, key, element] (dense), [block, kv head, row in block, element]
+  // (paged).
   std::int64_t q_stride[4] = {};
   std::int64_t k_stride[4] = {};
   std::int64_t v_stride[4] = {};
   std::int64_t b = 0, h = 0, hk = 0, i = 0, j = 0, d = 0;
   float scale = 1.0f;
   bool causal = false;
-  // Position of query row 0 minus that of key 0: row r sits at position
-  // q_offset + r (j - i for the library's bottom-right convention).
+  // Dense calls: position of query row 0 minus that of key 0; row r sits at
+  // position q_offset + r (j - i is bottom-right). Ragged calls ignore it
+  // (bottom-right per sequence).
   std::int64_t q_offset = 0;
+  // Window: key c visible to position qpos iff qpos - window_left <= c <=
+  // qpos + window_right; -1: unbounded.
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+  // Soft-capping: score = softcap * tanh(scale q.k / softcap); 0: off.
+  float softcap = 0.0f;
+  // Key mask (dense calls): key c of sequence s is visible only if
+  // key_mask[s * key_mask_stride[0] + c * key_mask_stride[1]] != 0. Null: none.
+  const std::uint8_t* key_mask = nullptr;
+  std::int64_t key_mask_stride[2] = {};
+
+  // Ragged batches (null: dense). Offsets into the token dimension.
+  const std::int32_t* cu_q = nullptr;      // varlen: b + 1 query offsets
+  const std::int32_t* cu_k = nullptr;      // varlen: b + 1 key offsets
+  const std::int32_t* seqlen_k = nullptr;  // KV cache: keys of each sequence
+  KeyLayout key_layout = KeyLayout::kDense;
+  const std::int32_t* block_table = nullptr;  // kPaged: [b, max_blocks]
+  std::int64_t block_table_stride[2] = {};
+  std::int64_t block_size = 0;
 
   FusedBias bias = FusedBias::kNone;
-  const float* slopes = nullptr;  // kAlibi: [h]
-  // kTable: per head, 2j - 1 contiguous floats in *increasing key* order,
-  // padded by at least 16 floats: entry (c - qpos) + (j - 1) is the bias of
-  // the query at position qpos and key c (the user's table reversed once,
-  // so that a row's window is read forwards).
+  // kAlibi: the slope of sequence s, head x is slopes[s * slopes_seq_stride
+  // + x] (slopes_seq_stride 0: one set for every sequence, h: [b, h]).
+  const float* slopes = nullptr;
+  std::int64_t slopes_seq_stride = 0;
+  // kTable: per head, the user's n = 2 table_centre + 1 entries reversed
+  // once (increasing key order, so a row's window is read forwards), padded
+  // by at least 16 floats: entry (c - qpos) + table_centre is the bias of the
+  // query at position qpos and key c.
   const float* rtable = nullptr;
+  std::int64_t table_centre = 0;
   std::int64_t rtable_stride = 0;     // between heads
   const float* dense = nullptr;       // kDense: element [b, h, r, c] at the strides
   std::int64_t dense_stride[4] = {};  // 0 along broadcast dimensions
@@ -66,12 +109,39 @@ struct AttentionParams {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
-  float* dtable = nullptr;   // kTable: [h, 2j - 1] contiguous (table order)
-  float* dslopes = nullptr;  // kAlibi: [h]
+  float* dtable = nullptr;   // kTable: [h, 2 table_centre + 1] contiguous (table order)
+  float* dslopes = nullptr;  // kAlibi: as slopes ([h], or [b, h] with slopes_seq_stride h)
   float* ddense = nullptr;   // kDense: [b, h, i, j] contiguous
 };
 
-// The position of query row r.
+// One sequence of a call: its query rows and keys, where they start in the
+// token dimension, and the position of its row 0.
+struct Sequence {
+  std::int64_t q_row0 = 0;    // first query row in the token dimension (varlen)
+  std::int64_t i = 0;         // queries
+  std::int64_t k_row0 = 0;    // first key row in the token dimension (varlen)
+  std::int64_t j = 0;         // keys
+  std::int64_t q_offset = 0;  // row r sits at position q_offset + r
+};
+
+inline Sequence sequence(const AttentionParams& p, std::int64_t s) {
+  if (p.cu_q != nullptr) {
+    Sequence q;
+    q.q_row0 = p.cu_q[s];
+    q.i = p.cu_q[s + 1] - p.cu_q[s];
+    q.k_row0 = p.cu_k[s];
+    q.j = p.cu_k[s + 1] - p.cu_k[s];
+    q.q_offset = q.j - q.i;
+    return q;
+  }
+  if (p.seqlen_k != nullptr) {
+    const std::int64_t j = p.seqlen_k[s];
+    return Sequence{0, p.i, 0, j, j - p.i};
+  }
+  return Sequence{0, p.i, 0, p.j, p.q_offset};
+}
+
+// The position of query row r (dense calls: every sequence shares it).
 inline std::int64_t query_position(const AttentionParams& p, std::int64_t r) {
   return p.q_offset + r;
 }
@@ -79,7 +149,12 @@ inline std::int64_t query_position(const AttentionParams& p, std::int64_t r) {
 // Index in a reversed distance table (AttentionParams::rtable) of the
 // signed distance rel = key - query position.
 inline std::int64_t table_index(const AttentionParams& p, std::int64_t rel) {
-  return rel + p.j - 1;
+  return rel + p.table_centre;
+}
+
+// The ALiBi slope of sequence s, query head x.
+inline float slope_of(const AttentionParams& p, std::int64_t s, std::int64_t x) {
+  return p.slopes[s * p.slopes_seq_stride + x];
 }
 
 // Keys [begin, end) that one query position may see; empty when end <= begin.
@@ -87,12 +162,22 @@ struct KeyRange {
   std::int64_t begin = 0, end = 0;
 };
 
-// The one place that says which keys a query sees (today: all of them, or
-// those at or before its position when causal).
+// The one place that says which key positions a query at qpos sees among
+// j keys: the causal limit and the window (the key mask, per key, is applied
+// on top by the bias-and-mask step and by the block skipping).
+inline KeyRange visible_keys(const AttentionParams& p, std::int64_t j, std::int64_t qpos) {
+  std::int64_t lo = 0, hi = j;
+  if (p.causal) hi = std::min(hi, qpos + 1);
+  if (p.window_right >= 0) hi = std::min(hi, qpos + p.window_right + 1);
+  if (p.window_left >= 0) lo = std::max(lo, qpos - p.window_left);
+  lo = std::clamp<std::int64_t>(lo, 0, j);
+  hi = std::clamp<std::int64_t>(hi, lo, j);
+  return KeyRange{lo, hi};
+}
+
+// Dense calls (every sequence has p.j keys).
 inline KeyRange visible_keys(const AttentionParams& p, std::int64_t qpos) {
-  KeyRange range{0, p.j};
-  if (p.causal) range.end = std::clamp<std::int64_t>(qpos + 1, 0, p.j);
-  return range;
+  return visible_keys(p, p.j, qpos);
 }
 
 // Visible keys of a row among the bc keys of the block starting at key c0,

@@ -391,6 +391,7 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
               }
             }
             p.rtable = rtable.data();
+            p.table_centre = c.j - 1;
             p.dtable = dtable.data();
           } else if (kind == AttentionBiasKind::kDense) {
             p.bias = detail::FusedBias::kDense;

@@ -355,6 +355,7 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
               }
             }
             p.rtable = rtable.data();
+            p.table_centre = c.j - 1;
             break;
           case AttentionBiasKind::kDense:
             p.bias = detail::FusedBias::kDense;

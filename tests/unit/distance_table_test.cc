@@ -92,7 +92,7 @@ float round_to(float x, DType dtype) {
       return to_float(to_bfloat16(x));
     case DType::kFloat16:
       return to_float(to_float16(x));
-    case DType::kFloat32:
+    default:  // float32: nothing to round
       break;
   }
   return x;

@@ -28,6 +28,8 @@ inline float round_to(DType dtype, float v) {
       return to_float(to_bfloat16(v));
     case DType::kFloat16:
       return to_float(to_float16(v));
+    default:  // the other dtypes are not outputs
+      break;
   }
   return v;
 }
