@@ -91,11 +91,16 @@ struct AttentionParams {
   std::int64_t dense_stride[4] = {};  // 0 along broadcast dimensions
 
   // Forward outputs.
-  void* out = nullptr;  // contiguous [b, h, i, d] of dtype
+  void* out = nullptr;  // [b, h, i, d] of dtype at out_stride
+  // [sequence, head, row, element] like q: dense {h i d, i d, d, 1}; varlen
+  // [total_q, h, d] is {0, d, h d, 1}; KV cache [b, i, h, d] {i h d, d, h d, 1}.
+  std::int64_t out_stride[4] = {};
   // Optional: the natural log of each row's softmax denominator, including
   // its max (the true scores, also for ALiBi rows before the first key);
-  // -inf for a row without a finite score. Contiguous [b, h, i].
+  // -inf for a row without a finite score. [sequence, head, row] at
+  // lse_stride: dense {h i, i, 1}; varlen [h, total_q] {0, total_q, 1}.
   float* lse = nullptr;
+  std::int64_t lse_stride[3] = {};
 
   // Backward inputs: the forward's output and lse, and the output gradient.
   const void* saved_out = nullptr;  // [b, h, i, d] at saved_out_stride
