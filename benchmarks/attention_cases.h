@@ -51,8 +51,12 @@ void set_target(CaseResult& r, const std::string& text, bool met);
 // ran it).
 class FmaPeak {
  public:
+  // 20 million steps: about 40 ms a run at 100 GFLOP/s per thread (AVX2
+  // Zen 3), long enough that a thread starting late on a shared machine
+  // does not dominate it (4 million gave half the single-thread figure on
+  // two threads here while other builds ran).
   explicit FmaPeak(const BenchOptions& o)
-      : probe_(o.quick ? 500000 : 4000000), warmup_(o.warmup), repetitions_(o.repetitions) {}
+      : probe_(o.quick ? 2000000 : 20000000), warmup_(o.warmup), repetitions_(o.repetitions) {}
   std::function<void()> run();
   void record(const std::vector<double>& times_ms);
   void judge(std::vector<CaseResult>& cases);
@@ -62,6 +66,7 @@ class FmaPeak {
   FmaPeakBaseline probe_;
   int warmup_, repetitions_;
   std::vector<double> gflops_;
+  bool alone_ = false;  // measured on its own, not in the prefill rounds
 };
 
 // Decode against a long KV cache (i = 1): multi-head, grouped-query and

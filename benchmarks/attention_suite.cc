@@ -71,7 +71,10 @@ std::function<void()> FmaPeak::run() {
 
 void FmaPeak::judge(std::vector<CaseResult>& cases) {
   // No prefill round ran (--only): the probe's runs on their own.
-  if (gflops_.empty()) record(time_interleaved({run()}, warmup_, repetitions_)[0]);
+  if (gflops_.empty()) {
+    record(time_interleaved({run()}, warmup_, repetitions_)[0]);
+    alone_ = true;
+  }
   const double peak = median(gflops_);
   for (CaseResult& r : cases) {
     const auto it = r.extra.find("gflops");
@@ -84,8 +87,8 @@ void FmaPeak::judge(std::vector<CaseResult>& cases) {
 std::string FmaPeak::describe() const {
   return "fma_peak_gflops = median of " + std::to_string(gflops_.size()) +
          " runs of a register-only FMA loop on all threads (" + probe_.target() + ", " +
-         std::to_string(probe_.vector_bits()) +
-         "-bit vectors), interleaved with the prefill rounds";
+         std::to_string(probe_.vector_bits()) + "-bit vectors), " +
+         (alone_ ? "on their own (no prefill round ran)" : "interleaved with the prefill rounds");
 }
 
 namespace {
