@@ -3,6 +3,8 @@
 // autograd of DynamicPositionBias and of the attention (against autograd of a
 // plain libtorch attention in double), bad input, and concurrent use of one
 // AlibiPositionalBias module.
+#include "posbias/torch.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include "posbias/dpb.h"
 #include "posbias/slopes.h"
 #include "posbias/t5.h"
-#include "posbias/torch.h"
 
 namespace {
 
@@ -37,7 +38,8 @@ torch::Tensor plain_alibi(const torch::Tensor& slopes, int64_t total, int64_t i,
 TEST(AlibiPositionalBias, MatchesSpecAndCoreWithZeroHeads) {
   AlibiPositionalBias m(AlibiPositionalBiasOptions(6).total_heads(8));
   const auto slopes = posbias::ops::alibi_slopes(6);
-  for (auto ij : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {1, 9}, {9, 9}, {3, 12}, {7, 5}}) {
+  for (auto ij :
+       std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {1, 9}, {9, 9}, {3, 12}, {7, 5}}) {
     const auto got = m->forward(ij.first, ij.second);
     ASSERT_EQ(got.sizes(), (std::vector<int64_t>{8, ij.first, ij.second}));
     EXPECT_TRUE(torch::equal(got, plain_alibi(slopes, 8, ij.first, ij.second)));
@@ -55,8 +57,8 @@ TEST(AlibiPositionalBias, ToBFloat16KeepsFloat32Slopes) {
   EXPECT_EQ(m->named_buffers()["slopes"].scalar_type(), torch::kFloat);
   const auto got = m->forward(5, 70);
   EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
-  EXPECT_TRUE(
-      torch::equal(got, plain_alibi(posbias::ops::alibi_slopes(12), 12, 5, 70).to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(
+      got, plain_alibi(posbias::ops::alibi_slopes(12), 12, 5, 70).to(torch::kBFloat16)));
   // A parent module's ->to() reaches it too.
   torch::nn::Sequential seq(m);
   seq->to(torch::kHalf);
@@ -148,7 +150,13 @@ TEST(AlibiOps, DistanceTableAndSeedBuildAreCoreCalls) {
                "AlibiBias: slopes must have n_heads = 2 entries, got 3");
   expect_value([&] { posbias::ops::alibi_bias_build(seed, 3, true, -1, 3); },
                "AlibiBias::build: lengths must be >= 0, got i = -1, j = 3");
-  EXPECT_THROW(posbias::ops::alibi_bias_build(seed, 3, true, 2, 2, torch::kDouble), c10::TypeError);
+  // float64 takes the reference path (issue 18): the products in double; an
+  // integer output dtype is refused.
+  const at::Tensor b64 = posbias::ops::alibi_bias_build(seed, 3, true, 2, 2, torch::kDouble);
+  EXPECT_EQ(b64.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(
+      torch::allclose(b64, posbias::ops::alibi_bias_build(seed, 3, true, 2, 2).to(torch::kDouble)));
+  EXPECT_THROW(posbias::ops::alibi_bias_build(seed, 3, true, 2, 2, torch::kInt), c10::TypeError);
 }
 
 TEST(DynamicPositionBias, StateDictNamesValuesAndAutograd) {
@@ -202,13 +210,18 @@ TEST(DynamicPositionBias, StateDictNamesValuesAndAutograd) {
   std::size_t k = 0;
   for (const auto& p : m->named_parameters()) {
     EXPECT_TRUE(torch::allclose(p.value().grad().to(torch::kDouble), ref[k].grad(), 1e-4, 1e-5))
-        << p.key() << "\n" << p.value().grad() << "\n" << ref[k].grad();
+        << p.key() << "\n"
+        << p.value().grad() << "\n"
+        << ref[k].grad();
     ++k;
   }
-  // The expansion is the core's, which takes float32, bfloat16 and float16:
-  // a float64 module is refused with a TypeError, not computed in float32.
+  // A float64 module takes the reference path (issue 18): the same bias,
+  // computed in double.
+  const at::Tensor b32 = m->forward(3, 6).detach();
   m->to(torch::kDouble);
-  EXPECT_THROW(m->forward(3, 6), c10::TypeError);
+  const at::Tensor b64 = m->forward(3, 6);
+  EXPECT_EQ(b64.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(torch::allclose(b64.to(torch::kFloat), b32, 1e-5, 1e-6));
 }
 
 // SPEC.md's rule, written with torch ops: table[h][(n - 1) / 2 + (q_r - c)].
@@ -235,8 +248,8 @@ TEST(DistanceTableOps, ExpandMatchesAGatherForManyShapesAndDtypes) {
         EXPECT_TRUE(torch::equal(got, plain_expand(table, i, j).to(dt)));
         // A 16-bit table gives a 16-bit bias by default, exactly its values.
         const auto t16 = table.to(dt);
-        EXPECT_TRUE(torch::equal(posbias::ops::expand_distance_table(t16, i, j),
-                                 plain_expand(t16, i, j)));
+        EXPECT_TRUE(
+            torch::equal(posbias::ops::expand_distance_table(t16, i, j), plain_expand(t16, i, j)));
       }
     }
   }
@@ -275,16 +288,35 @@ TEST(DistanceTableOps, CoreErrorsAreValueErrorsWithTheCoreMessage) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 8}), 2, 3); },
-               "expand_distance_table: the table length n = 8 (table [2, 8]) must be odd");
-  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 7}), 5, 3); },
-               "too short for i = 5, j = 3");
-  expect_value([] { posbias::ops::expand_distance_table(torch::zeros({2, 7}), -1, 3); },
-               "i = -1, j = 3");
-  expect_value([] { posbias::ops::reduce_distance_table(torch::zeros({2, 3, 4}), 5); },
-               "reduce_distance_table");
-  EXPECT_THROW(posbias::ops::expand_distance_table(torch::zeros({2, 7}, torch::kDouble), 2, 3),
-               c10::TypeError);
+  expect_value(
+      [] {
+        posbias::ops::expand_distance_table(torch::zeros({2, 8}), 2, 3);
+      },
+      "expand_distance_table: the table length n = 8 (table [2, 8]) must be odd");
+  expect_value(
+      [] {
+        posbias::ops::expand_distance_table(torch::zeros({2, 7}), 5, 3);
+      },
+      "too short for i = 5, j = 3");
+  expect_value(
+      [] {
+        posbias::ops::expand_distance_table(torch::zeros({2, 7}), -1, 3);
+      },
+      "i = -1, j = 3");
+  expect_value(
+      [] {
+        posbias::ops::reduce_distance_table(torch::zeros({2, 3, 4}), 5);
+      },
+      "reduce_distance_table");
+  // float64 is the reference path (issue 18), with the same kind of errors.
+  EXPECT_EQ(
+      posbias::ops::expand_distance_table(torch::zeros({2, 7}, torch::kDouble), 2, 3).scalar_type(),
+      torch::kDouble);
+  expect_value(
+      [] {
+        posbias::ops::expand_distance_table(torch::zeros({2, 7}, torch::kDouble), 5, 3);
+      },
+      "too short for i = 5, j = 3");
   EXPECT_THROW(posbias::ops::expand_distance_table(torch::zeros({2, 7}), 2, 3, torch::kInt),
                c10::TypeError);
 }
@@ -369,8 +401,8 @@ TEST(AttentionOp, ValuesAndGradientsAgainstPlainLibtorch) {
       if (kind == "alibi") s_opt = slopes;
       if (kind == "table") t_opt = tf;
       if (kind == "dense") d_opt = df;
-      const auto got = posbias::ops::attention(qf, kf, vf, kind, s_opt, t_opt, d_opt,
-                                               c10::nullopt, causal);
+      const auto got =
+          posbias::ops::attention(qf, kf, vf, kind, s_opt, t_opt, d_opt, c10::nullopt, causal);
       EXPECT_TRUE(torch::allclose(got.to(torch::kDouble), want, 1e-4, 1e-5));
       got.backward(go.to(torch::kFloat));
       const std::vector<torch::Tensor> mine = {qf.grad(), kf.grad(), vf.grad(), tf.grad(),
@@ -382,7 +414,9 @@ TEST(AttentionOp, ValuesAndGradientsAgainstPlainLibtorch) {
         }
         ASSERT_TRUE(mine[x].defined()) << x;
         EXPECT_TRUE(torch::allclose(mine[x].to(torch::kDouble), want_grads[x], 1e-4, 1e-5))
-            << x << "\n" << mine[x] << "\n" << want_grads[x];
+            << x << "\n"
+            << mine[x] << "\n"
+            << want_grads[x];
       }
     }
   }

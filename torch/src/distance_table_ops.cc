@@ -35,15 +35,15 @@ at::Tensor toeplitz_index(int64_t n, int64_t i, int64_t j) {
   return ((n - 1) / 2 + (j - i) + r - c).reshape({-1});
 }
 
-void check_table_length(const char* who, int64_t n, int64_t i, int64_t j,
-                        at::IntArrayRef shape) {
+void check_table_length(const char* who, int64_t n, int64_t i, int64_t j, at::IntArrayRef shape) {
   TORCH_CHECK_VALUE(i >= 0 && j >= 0, "posbias.", who, ": i and j must be >= 0, got i = ", i,
                     ", j = ", j);
   TORCH_CHECK_VALUE(n % 2 == 1, "posbias.", who, ": the table length n = ", n, " (shape ", shape,
                     ") must be odd (read at its centre)");
   const int64_t need = 2 * std::max(i, j) - 1;
   TORCH_CHECK_VALUE(i == 0 || j == 0 || n >= need, "posbias.", who, ": the table length n = ", n,
-                    " (shape ", shape, ") must be >= 2 max(i, j) - 1 = ", need);
+                    " (shape ", shape, ") is too short for i = ", i, ", j = ", j,
+                    ": it must be >= 2 max(i, j) - 1 = ", need);
 }
 
 at::Tensor expand_f64(const at::Tensor& table, int64_t i, int64_t j,
@@ -68,8 +68,8 @@ at::Tensor reduce_f64(const at::Tensor& grad, int64_t n) {
                     grad.sizes());
   const int64_t h = grad.size(0), i = grad.size(1), j = grad.size(2);
   check_table_length("reduce_distance_table", n, i, j, grad.sizes());
-  return at::zeros({h, n}, grad.options()).index_add(1, toeplitz_index(n, i, j),
-                                                      grad.reshape({h, i * j}));
+  return at::zeros({h, n}, grad.options())
+      .index_add(1, toeplitz_index(n, i, j), grad.reshape({h, i * j}));
 }
 
 bool expand_wants_f64(const at::Tensor& table, const c10::optional<at::ScalarType>& dtype) {

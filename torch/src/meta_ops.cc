@@ -21,27 +21,27 @@ int64_t table_width(const char* who, int64_t j) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> attention_lse(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view /*bias*/,
-    const c10::optional<at::Tensor>& /*slopes*/, const c10::optional<at::Tensor>& /*table*/,
-    const c10::optional<at::Tensor>& /*dense*/, c10::optional<double> /*scale*/,
-    bool /*causal*/) {
+std::tuple<at::Tensor, at::Tensor> attention_lse(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, c10::string_view /*bias*/,
+                                                 const c10::optional<at::Tensor>& /*slopes*/,
+                                                 const c10::optional<at::Tensor>& /*table*/,
+                                                 const c10::optional<at::Tensor>& /*dense*/,
+                                                 c10::optional<double> /*scale*/, bool /*causal*/) {
   TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "posbias.attention: q must be ",
                     "[b, h, i, d] and k, v [b, hk, j, d] (4-d), got q ", q.sizes(), ", k ",
                     k.sizes(), ", v ", v.sizes());
   TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3) &&
                         k.size(1) >= 1 && q.size(1) % k.size(1) == 0,
                     "posbias.attention: k and v must be [b, hk, j, d] with q's b and d and "
-                    "h % hk == 0, got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
-  return {empty(q.sizes(), q.scalar_type()),
-          empty({q.size(0), q.size(1), q.size(2)}, at::kFloat)};
+                    "h % hk == 0, got q ",
+                    q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  return {empty(q.sizes(), q.scalar_type()), empty({q.size(0), q.size(1), q.size(2)}, at::kFloat)};
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      c10::string_view bias, const c10::optional<at::Tensor>& slopes,
-                     const c10::optional<at::Tensor>& table,
-                     const c10::optional<at::Tensor>& dense, c10::optional<double> scale,
-                     bool causal) {
+                     const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
+                     c10::optional<double> scale, bool causal) {
   return std::get<0>(attention_lse(q, k, v, bias, slopes, table, dense, scale, causal));
 }
 
@@ -71,13 +71,11 @@ at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view
 }
 
 at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool /*causal*/,
-                             int64_t /*num_buckets*/, int64_t /*max_distance*/,
-                             double /*scale*/) {
+                             int64_t /*num_buckets*/, int64_t /*max_distance*/, double /*scale*/) {
   TORCH_CHECK_VALUE(embedding.dim() == 2,
                     "posbias.t5_distance_table: embedding must be [num_buckets, heads], got ",
                     embedding.sizes());
-  return empty({embedding.size(1), table_width("t5_distance_table", j)},
-               embedding.scalar_type());
+  return empty({embedding.size(1), table_width("t5_distance_table", j)}, embedding.scalar_type());
 }
 
 at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool /*signed_distances*/) {

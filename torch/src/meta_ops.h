@@ -14,16 +14,17 @@
 
 namespace posbias::meta {
 
-std::tuple<at::Tensor, at::Tensor> attention_lse(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
-    const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
-    const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal);
+std::tuple<at::Tensor, at::Tensor> attention_lse(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, c10::string_view bias,
+                                                 const c10::optional<at::Tensor>& slopes,
+                                                 const c10::optional<at::Tensor>& table,
+                                                 const c10::optional<at::Tensor>& dense,
+                                                 c10::optional<double> scale, bool causal);
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      c10::string_view bias, const c10::optional<at::Tensor>& slopes,
-                     const c10::optional<at::Tensor>& table,
-                     const c10::optional<at::Tensor>& dense, c10::optional<double> scale,
-                     bool causal);
+                     const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
+                     c10::optional<double> scale, bool causal);
 
 at::Tensor expand_distance_table(const at::Tensor& table, int64_t i, int64_t j,
                                  c10::optional<at::ScalarType> dtype);

@@ -195,8 +195,8 @@ void check_j(const char* who, int64_t j) {
   TORCH_CHECK_VALUE(j >= 1, "posbias.", who, ": j must be >= 1, got ", j);
 }
 
-at::Tensor dpb_f64(at::TensorList params, int64_t j, const std::string& variant,
-                   bool log_distance, bool norm, double eps) {
+at::Tensor dpb_f64(at::TensorList params, int64_t j, const std::string& variant, bool log_distance,
+                   bool norm, double eps) {
   std::vector<at::Tensor> p32;
   for (const at::Tensor& p : params) {
     torch_bridge::check_cpu(p, kDpb, "a parameter");

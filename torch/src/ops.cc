@@ -39,8 +39,8 @@ int64_t num_threads() { return posbias::torch_bridge::follow_torch_threads(); }
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               c10::string_view bias, const c10::optional<at::Tensor>& slopes,
                               const c10::optional<at::Tensor>& table,
-                              const c10::optional<at::Tensor>& dense,
-                              c10::optional<double> scale, bool causal) {
+                              const c10::optional<at::Tensor>& dense, c10::optional<double> scale,
+                              bool causal) {
   if (posbias::meta::is_meta(q)) {
     return posbias::meta::attention(q, k, v, bias, slopes, table, dense, scale, causal);
   }
@@ -59,7 +59,8 @@ std::tuple<at::Tensor, at::Tensor> attention_lse_autograd(
 
 at::Tensor expand_distance_table_autograd(const at::Tensor& table, int64_t i, int64_t j,
                                           c10::optional<at::ScalarType> dtype) {
-  if (posbias::meta::is_meta(table)) return posbias::meta::expand_distance_table(table, i, j, dtype);
+  if (posbias::meta::is_meta(table))
+    return posbias::meta::expand_distance_table(table, i, j, dtype);
   return posbias::ops::expand_distance_table(table, i, j, dtype);
 }
 
@@ -71,15 +72,13 @@ at::Tensor reduce_distance_table_autograd(const at::Tensor& grad, int64_t n) {
 at::Tensor t5_distance_table_autograd(const at::Tensor& embedding, int64_t j, bool causal,
                                       int64_t num_buckets, int64_t max_distance, double scale) {
   if (posbias::meta::is_meta(embedding)) {
-    return posbias::meta::t5_distance_table(embedding, j, causal, num_buckets, max_distance,
-                                            scale);
+    return posbias::meta::t5_distance_table(embedding, j, causal, num_buckets, max_distance, scale);
   }
   return posbias::ops::t5_distance_table(embedding, j, causal, num_buckets, max_distance, scale);
 }
 
-at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j,
-                                       c10::string_view variant, bool log_distance, bool norm,
-                                       double eps) {
+at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j, c10::string_view variant,
+                                       bool log_distance, bool norm, double eps) {
   if (!params.empty() && posbias::meta::is_meta(params.front())) {
     return posbias::meta::dpb_distance_table(params, j, variant, log_distance, norm, eps);
   }
@@ -89,7 +88,8 @@ at::Tensor dpb_distance_table_autograd(at::TensorList params, int64_t j,
 // The ops without a backward: their Autograd kernel is the CPU kernel (see
 // the file comment), or the Meta kernel for a meta tensor.
 at::Tensor alibi_distance_table_autograd(const at::Tensor& slopes, int64_t j, bool signed_d) {
-  if (posbias::meta::is_meta(slopes)) return posbias::meta::alibi_distance_table(slopes, j, signed_d);
+  if (posbias::meta::is_meta(slopes))
+    return posbias::meta::alibi_distance_table(slopes, j, signed_d);
   return posbias::ops::alibi_distance_table(slopes, j, signed_d);
 }
 

@@ -53,18 +53,19 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   check_cpu(k, who, "k");
   check_cpu(v, who, "v");
   TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "posbias.attention: q must be ",
-              "[b, h, i, d] and k, v [b, hk, j, d] (4-d), got q ", q.sizes(), ", k ", k.sizes(),
-              ", v ", v.sizes());
+                    "[b, h, i, d] and k, v [b, hk, j, d] (4-d), got q ", q.sizes(), ", k ",
+                    k.sizes(), ", v ", v.sizes());
   const DType dt = dtype_of(q, who, "q");
   TORCH_CHECK_TYPE(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
-              "posbias.attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
-              k.scalar_type(), ", ", v.scalar_type());
+                   "posbias.attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
+                   k.scalar_type(), ", ", v.scalar_type());
   AttentionArgs a;
   a.q = view_of(q, dt);
   a.k = view_of(k, dt);
   a.v = view_of(v, dt);
   if (scale) {
-    TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.attention: scale must be finite, got ", *scale);
+    TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.attention: scale must be finite, got ",
+                      *scale);
     a.options.scale = static_cast<float>(*scale);
   }
   a.options.causal = causal;
@@ -74,7 +75,7 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   const std::string kind(bias);
   if (kind == "none") {
     TORCH_CHECK_VALUE(!has_s && !has_t && !has_d,
-                "posbias.attention: bias=\"none\" takes no slopes, table or dense tensor");
+                      "posbias.attention: bias=\"none\" takes no slopes, table or dense tensor");
   } else if (kind == "alibi") {
     TORCH_CHECK_VALUE(has_s, "posbias.attention: bias=\"alibi\" needs slopes [h]");
     TORCH_CHECK_VALUE(!has_t && !has_d, "posbias.attention: bias=\"alibi\" takes only slopes");
@@ -91,7 +92,7 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
     a.bias = AttentionBias::dense_bias(view_of(*dense32, DType::kFloat32));
   } else {
     TORCH_CHECK_VALUE(false, "posbias.attention: bias must be \"none\", \"alibi\", \"table\" or ",
-                "\"dense\", got \"", kind, "\"");
+                      "\"dense\", got \"", kind, "\"");
   }
   return a;
 }
@@ -107,8 +108,8 @@ std::array<at::Tensor, 6> attention_grads(const at::Tensor& q, const at::Tensor&
                                           const at::Tensor& v, const std::string& bias,
                                           const at::Tensor& slopes, const at::Tensor& table,
                                           const at::Tensor& dense, c10::optional<double> scale,
-                                          bool causal, const at::Tensor& out,
-                                          const at::Tensor& lse, at::Tensor go) {
+                                          bool causal, const at::Tensor& out, const at::Tensor& lse,
+                                          at::Tensor go) {
   if (!go.defined()) go = at::zeros_like(out);
   if (go.scalar_type() != out.scalar_type()) go = go.to(out.scalar_type());
   at::Tensor table32, dense32;
@@ -127,7 +128,7 @@ std::array<at::Tensor, 6> attention_grads(const at::Tensor& q, const at::Tensor&
     return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
   });
   std::array<at::Tensor, 6> r = {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v),
-                                 at::Tensor(), at::Tensor(), at::Tensor()};
+                                 at::Tensor(),       at::Tensor(),       at::Tensor()};
   if (slopes.defined() && !g.grad_slopes.empty()) {
     r[3] = vector_tensor(g.grad_slopes).to(slopes.scalar_type()).view(slopes.sizes());
   }
@@ -155,7 +156,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     at::Tensor table32, dense32;
     const AttentionArgs a =
         attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-    const AttentionForwardResult r = core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
+    const AttentionForwardResult r =
+        core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
     at::Tensor out = to_torch(r.out);
     at::Tensor lse = to_torch(r.lse);
     ctx->save_for_backward({q, k, v, out, lse, slopes, table, dense});
@@ -168,16 +170,16 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3],
-                     &lse = saved[4], &slopes = saved[5], &table = saved[6], &dense = saved[7];
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4],
+                     &slopes = saved[5], &table = saved[6], &dense = saved[7];
     const std::string bias = ctx->saved_data["bias"].toStringRef();
     const c10::IValue sv = ctx->saved_data["scale"];
     const c10::optional<double> scale =
         sv.isNone() ? c10::nullopt : c10::optional<double>(sv.toDouble());
     const bool causal = ctx->saved_data["causal"].toBool();
     // Learned ALiBi slopes get the core's dL/dslope [h] (in the slopes' dtype).
-    const std::array<at::Tensor, 6> g = attention_grads(q, k, v, bias, slopes, table, dense,
-                                                        scale, causal, out, lse, grads[0]);
+    const std::array<at::Tensor, 6> g =
+        attention_grads(q, k, v, bias, slopes, table, dense, scale, causal, out, lse, grads[0]);
     return {g[0], g[1], g[2], at::Tensor(), g[3], g[4], g[5], at::Tensor(), at::Tensor()};
   }
 };
@@ -292,14 +294,17 @@ at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
   return core_call([&] { return to_torch(posbias::alibi_bias_custom_pos(s, th, qp, kp, dt)); });
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
-    const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
-    const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal) {
+std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, c10::string_view bias,
+                                                     const c10::optional<at::Tensor>& slopes,
+                                                     const c10::optional<at::Tensor>& table,
+                                                     const c10::optional<at::Tensor>& dense,
+                                                     c10::optional<double> scale, bool causal) {
   at::Tensor table32, dense32;
   const AttentionArgs a =
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-  const AttentionForwardResult r = core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
+  const AttentionForwardResult r =
+      core_call([&] { return attention_forward_lse(a.q, a.k, a.v, a.bias, a.options); });
   return {to_torch(r.out), to_torch(r.lse)};
 }
 
@@ -309,9 +314,9 @@ attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
                    c10::optional<double> scale, bool causal, const at::Tensor& out,
                    const at::Tensor& lse, const at::Tensor& grad_out) {
-  std::array<at::Tensor, 6> g = attention_grads(
-      q, k, v, std::string(bias), opt_or_undefined(slopes), opt_or_undefined(table),
-      opt_or_undefined(dense), scale, causal, out, lse, grad_out);
+  std::array<at::Tensor, 6> g =
+      attention_grads(q, k, v, std::string(bias), opt_or_undefined(slopes), opt_or_undefined(table),
+                      opt_or_undefined(dense), scale, causal, out, lse, grad_out);
   for (at::Tensor& t : g) {
     if (!t.defined()) t = at::empty({0}, at::kFloat);  // the kind has no such gradient
   }
@@ -326,15 +331,15 @@ at::Tensor attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Ten
   at::Tensor table32, dense32;
   const AttentionArgs a =
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
-  return core_call([&] {
-    return to_torch(attention_forward(a.q, a.k, a.v, a.bias, a.options));
-  });
+  return core_call([&] { return to_torch(attention_forward(a.q, a.k, a.v, a.bias, a.options)); });
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_lse(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
-    const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
-    const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal) {
+std::tuple<at::Tensor, at::Tensor> attention_lse(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, c10::string_view bias,
+                                                 const c10::optional<at::Tensor>& slopes,
+                                                 const c10::optional<at::Tensor>& table,
+                                                 const c10::optional<at::Tensor>& dense,
+                                                 c10::optional<double> scale, bool causal) {
   const variable_list r =
       AttentionFunction::apply(q, k, v, std::string(bias), slopes, table, dense, scale, causal);
   return {r[0], r[1]};
@@ -342,9 +347,8 @@ std::tuple<at::Tensor, at::Tensor> attention_lse(
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      c10::string_view bias, const c10::optional<at::Tensor>& slopes,
-                     const c10::optional<at::Tensor>& table,
-                     const c10::optional<at::Tensor>& dense, c10::optional<double> scale,
-                     bool causal) {
+                     const c10::optional<at::Tensor>& table, const c10::optional<at::Tensor>& dense,
+                     c10::optional<double> scale, bool causal) {
   return std::get<0>(attention_lse(q, k, v, bias, slopes, table, dense, scale, causal));
 }
 
@@ -471,8 +475,7 @@ at::Tensor AlibiBiasImpl::forward(int64_t q_len, int64_t k_len) {
     c = core_;
   }
   const DType dt = dtype_from_scalar(dtype_, "AlibiBias");
-  at::Tensor out =
-      core_call([&] { return to_torch(c->build(q_len, k_len, dt)); });
+  at::Tensor out = core_call([&] { return to_torch(c->build(q_len, k_len, dt)); });
   return device_.is_cpu() ? out : out.to(device_);
 }
 
@@ -503,12 +506,12 @@ DynamicPositionBiasImpl::DynamicPositionBiasImpl(DynamicPositionBiasOptions opti
 
 void DynamicPositionBiasImpl::reset() {
   const int64_t dim = options.dim(), heads = options.heads();
-  TORCH_CHECK_VALUE(dim >= 1 && heads >= 1, "posbias.DynamicPositionBias: dim and heads must be >= 1, ",
-              "got dim = ", dim, ", heads = ", heads);
-  mlp = register_module(
-      "mlp", torch::nn::Sequential(torch::nn::Linear(1, dim), torch::nn::SiLU(),
-                                   torch::nn::Linear(dim, dim), torch::nn::SiLU(),
-                                   torch::nn::Linear(dim, heads)));
+  TORCH_CHECK_VALUE(dim >= 1 && heads >= 1,
+                    "posbias.DynamicPositionBias: dim and heads must be >= 1, ", "got dim = ", dim,
+                    ", heads = ", heads);
+  mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(1, dim), torch::nn::SiLU(),
+                                                     torch::nn::Linear(dim, dim), torch::nn::SiLU(),
+                                                     torch::nn::Linear(dim, heads)));
 }
 
 void DynamicPositionBiasImpl::pretty_print(std::ostream& stream) const {
@@ -544,19 +547,18 @@ void RelativePositionBiasImpl::reset() {
                                                 options.max_distance());
   });
   TORCH_CHECK_VALUE(options.heads() >= 1, "posbias.RelativePositionBias: heads must be >= 1, got ",
-              options.heads());
+                    options.heads());
   TORCH_CHECK_VALUE(std::isfinite(options.scale()),
-              "posbias.RelativePositionBias: scale must be finite, got ", options.scale());
+                    "posbias.RelativePositionBias: scale must be finite, got ", options.scale());
   relative_attention_bias = register_module(
-      "relative_attention_bias",
-      torch::nn::Embedding(options.num_buckets(), options.heads()));
+      "relative_attention_bias", torch::nn::Embedding(options.num_buckets(), options.heads()));
 }
 
 void RelativePositionBiasImpl::pretty_print(std::ostream& stream) const {
   stream << "posbias::nn::RelativePositionBias(scale=" << options.scale()
          << ", causal=" << (options.causal() ? "true" : "false")
-         << ", num_buckets=" << options.num_buckets()
-         << ", max_distance=" << options.max_distance() << ", heads=" << options.heads() << ")";
+         << ", num_buckets=" << options.num_buckets() << ", max_distance=" << options.max_distance()
+         << ", heads=" << options.heads() << ")";
 }
 
 at::Tensor RelativePositionBiasImpl::forward(int64_t i, int64_t j) {

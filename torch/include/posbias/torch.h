@@ -58,8 +58,7 @@ at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t to
 /// posbias::alibi_distance_table. slopes: 1-d floating CPU tensor (read as
 /// float32), h >= 1 finite values; j >= 1 (c10::ValueError with the core's
 /// message otherwise). Not differentiable.
-at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j,
-                                bool signed_distances = true);
+at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed_distances = true);
 
 /// The "ALiBi" seed's bias [1, n_heads, q_len, k_len] (top-left positions,
 /// slope_h * max(r - c, 0) when causal, else slope_h * |r - c|):
@@ -105,9 +104,8 @@ at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal
 /// CPU parameters (float64 is c10::TypeError: the core is float32); the
 /// table has the first parameter's dtype. Shapes, values (finite) and j are
 /// checked by the core (c10::ValueError with its message).
-at::Tensor dpb_distance_table(at::TensorList params, int64_t j,
-                              c10::string_view variant = "zeta", bool log_distance = false,
-                              bool norm = false, double eps = 1e-5);
+at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view variant = "zeta",
+                              bool log_distance = false, bool norm = false, double eps = 1e-5);
 
 /// The CPU kernels of the two ops above, without autograd.
 at::Tensor t5_distance_table_cpu(const at::Tensor& embedding, int64_t j, bool causal,
@@ -168,10 +166,12 @@ std::tuple<at::Tensor, at::Tensor> attention_lse(
 
 /// The CPU kernel of attention_lse without autograd (what the op library
 /// registers for the CPU dispatch key).
-std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c10::string_view bias,
-    const c10::optional<at::Tensor>& slopes, const c10::optional<at::Tensor>& table,
-    const c10::optional<at::Tensor>& dense, c10::optional<double> scale, bool causal);
+std::tuple<at::Tensor, at::Tensor> attention_lse_cpu(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, c10::string_view bias,
+                                                     const c10::optional<at::Tensor>& slopes,
+                                                     const c10::optional<at::Tensor>& table,
+                                                     const c10::optional<at::Tensor>& dense,
+                                                     c10::optional<double> scale, bool causal);
 
 /// The backward of attention_lse as a plain function (no autograd): the
 /// gradients (grad_q, grad_k, grad_v, grad_slopes, grad_table, grad_dense)
