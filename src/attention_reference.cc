@@ -1,0 +1,174 @@
+// The plain reference path of every attention call (see
+// attention_reference.h): one row at a time, scores and sums in double, no
+// blocking and no SIMD, so that it reads as the definition:
+//
+//   rel = q_pos - k_pos; score = softcap ? cap tanh(scale q.k / cap) : scale q.k
+//   plus -slope |rel| (ALiBi), table[rel] (distance table) or dense[r][c];
+//   softmax over the visible keys (causal, window, key mask); times v.
+//
+// A row that sees no key, or whose visible scores are all -inf, outputs
+// zeros and lse -inf. A NaN score (or a +inf one, whose softmax is 0/0)
+// makes the row NaN. A -inf score is a score: its v row is still read.
+#include "attention_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "posbias/dtype.h"
+
+namespace posbias::detail {
+namespace {
+
+double load(const void* base, DType dtype, std::int64_t off) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return to_float(static_cast<const bfloat16*>(base)[off]);
+    case DType::kFloat16:
+      return to_float(static_cast<const float16*>(base)[off]);
+    default:
+      return static_cast<const float*>(base)[off];
+  }
+}
+
+void store(void* base, DType dtype, std::int64_t off, double value) {
+  const float f = static_cast<float>(value);
+  switch (dtype) {
+    case DType::kBFloat16:
+      static_cast<bfloat16*>(base)[off] = to_bfloat16(f);
+      break;
+    case DType::kFloat16:
+      static_cast<float16*>(base)[off] = to_float16(f);
+      break;
+    default:
+      static_cast<float*>(base)[off] = f;
+      break;
+  }
+}
+
+// Offset of key c of sequence s, kv head kvh, element 0 in a k- or v-like
+// tensor with the given strides.
+std::int64_t key_offset(const AttentionParams& p, const Sequence& sq, std::int64_t s,
+                        std::int64_t kvh, std::int64_t c, const std::int64_t* stride) {
+  if (p.key_layout == KeyLayout::kPaged) {
+    const std::int64_t block =
+        p.block_table[s * p.block_table_stride[0] + (c / p.block_size) * p.block_table_stride[1]];
+    return block * stride[0] + kvh * stride[1] + (c % p.block_size) * stride[2];
+  }
+  return s * stride[0] + kvh * stride[1] + (sq.k_row0 + c) * stride[2];
+}
+
+bool key_masked(const AttentionParams& p, std::int64_t s, std::int64_t c) {
+  return p.key_mask != nullptr &&
+         p.key_mask[s * p.key_mask_stride[0] + c * p.key_mask_stride[1]] == 0;
+}
+
+// The score of row r (position qpos) of sequence s, query head x, against
+// key c: softcap, then the bias.
+double score_of(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::int64_t x,
+                std::int64_t r, std::int64_t qpos, std::int64_t c) {
+  const std::int64_t kvh = x / (p.h / p.hk);
+  const std::int64_t qo = s * p.q_stride[0] + x * p.q_stride[1] + (sq.q_row0 + r) * p.q_stride[2];
+  const std::int64_t ko = key_offset(p, sq, s, kvh, c, p.k_stride);
+  double dot = 0.0;
+  for (std::int64_t e = 0; e < p.d; ++e) {
+    dot += load(p.q, p.dtype, qo + e * p.q_stride[3]) *
+           load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
+  }
+  double score = static_cast<double>(p.scale) * dot;
+  if (p.softcap > 0.0f) {
+    const double cap = p.softcap;
+    score = cap * std::tanh(score / cap);
+  }
+  switch (p.bias) {
+    case FusedBias::kAlibi:
+      score -= static_cast<double>(slope_of(p, s, x)) * static_cast<double>(std::llabs(c - qpos));
+      break;
+    case FusedBias::kTable:
+      score += p.rtable[x * p.rtable_stride + table_index(p, c - qpos)];
+      break;
+    case FusedBias::kDense:
+      score += p.dense[s * p.dense_stride[0] + x * p.dense_stride[1] + r * p.dense_stride[2] +
+                       c * p.dense_stride[3]];
+      break;
+    case FusedBias::kNone:
+      break;
+  }
+  return score;
+}
+
+// One row: scores into `scores` (indexed from the first visible key), then
+// the output and lse. `acc` holds d doubles.
+void run_row(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::int64_t x,
+             std::int64_t r, std::vector<double>& scores, std::vector<double>& acc) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const std::int64_t qpos = sq.q_offset + r;
+  const KeyRange kr = visible_keys(p, sq.j, qpos);
+  double mx = -kInf;
+  bool nan = false;
+  for (std::int64_t c = kr.begin; c < kr.end; ++c) {
+    double& sc = scores[static_cast<std::size_t>(c - kr.begin)];
+    sc = key_masked(p, s, c) ? -kInf : score_of(p, sq, s, x, r, qpos, c);
+    if (std::isnan(sc)) nan = true;
+    if (sc > mx) mx = sc;
+  }
+  std::fill(acc.begin(), acc.end(), 0.0);
+  double lse = -kInf;
+  if (nan || mx == kInf) {
+    std::fill(acc.begin(), acc.end(), std::numeric_limits<double>::quiet_NaN());
+    lse = std::numeric_limits<double>::quiet_NaN();
+  } else if (mx > -kInf) {
+    const std::int64_t kvh = x / (p.h / p.hk);
+    double sum = 0.0;
+    for (std::int64_t c = kr.begin; c < kr.end; ++c) {
+      if (key_masked(p, s, c)) continue;  // never read
+      const double w = std::exp(scores[static_cast<std::size_t>(c - kr.begin)] - mx);
+      sum += w;
+      const std::int64_t vo = key_offset(p, sq, s, kvh, c, p.v_stride);
+      for (std::int64_t e = 0; e < p.d; ++e) {
+        acc[static_cast<std::size_t>(e)] += w * load(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
+      }
+    }
+    for (double& a : acc) a /= sum;
+    lse = mx + std::log(sum);
+  }
+  const std::int64_t row = sq.q_row0 + r;
+  const std::int64_t oo = s * p.out_stride[0] + x * p.out_stride[1] + row * p.out_stride[2];
+  for (std::int64_t e = 0; e < p.d; ++e) {
+    store(p.out, p.dtype, oo + e * p.out_stride[3], acc[static_cast<std::size_t>(e)]);
+  }
+  if (p.lse != nullptr) {
+    p.lse[s * p.lse_stride[0] + x * p.lse_stride[1] + row * p.lse_stride[2]] =
+        static_cast<float>(lse);
+  }
+}
+
+}  // namespace
+
+void attention_reference_run(const AttentionParams& p) {
+  if (p.b <= 0 || p.h <= 0) return;
+  std::int64_t rows = 0, keys = 0;  // the longest sequence's
+  for (std::int64_t s = 0; s < p.b; ++s) {
+    const Sequence sq = sequence(p, s);
+    rows = std::max(rows, sq.i);
+    keys = std::max(keys, sq.j);
+  }
+  const std::int64_t tasks = p.b * p.h * rows;
+#pragma omp parallel
+  {
+    std::vector<double> scores(static_cast<std::size_t>(keys));
+    std::vector<double> acc(static_cast<std::size_t>(p.d));
+#pragma omp for schedule(dynamic, 4)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t s = t / (p.h * rows);
+      const std::int64_t x = (t / rows) % p.h;
+      const std::int64_t r = t % rows;
+      const Sequence sq = sequence(p, s);
+      if (r < sq.i) run_row(p, sq, s, x, r, scores, acc);
+    }
+  }
+}
+
+}  // namespace posbias::detail
