@@ -1,16 +1,22 @@
-// Front functions of attention: argument checks, output sizing, bias
-// preparation, dispatch to the fused kernel (kernels/attention_fused.cc),
-// and the plain reference path.
+// Front functions of attention: argument checks, output sizing, the
+// description of a call (detail::AttentionParams), dispatch to the fused
+// kernel (kernels/attention_fused.cc), the backward kernel and the reference
+// path (attention_reference.cc). The packed and KV-cache calls are in
+// attention_kvcache.cc; the checks they share are declared in
+// attention_front.h and defined here.
 #include "posbias/attention.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attention_front.h"
+#include "attention_reference.h"
 #include "checks.h"
 #include "kernels/attention_backward.h"
 #include "kernels/attention_fused.h"
@@ -41,246 +47,274 @@ AttentionBias AttentionBias::dense_bias(Tensor bias) {
   return b;
 }
 
+namespace detail {
+
+void AttentionCall::fail(const std::string& what) const {
+  throw std::invalid_argument(std::string(who) + ": " + what + " (q " + shape_string(q->shape()) +
+                              ", k " + shape_string(k->shape()) + ", v " +
+                              shape_string(v->shape()) + ")");
+}
+
 namespace {
 
-using detail::shape_string;
-
-// Everything the two paths share, after the checks.
-struct Prepared {
-  std::int64_t b = 0, h = 0, hk = 0, i = 0, j = 0, d = 0;
-  float scale = 1.0f;
-  std::int64_t dense_stride[4] = {};  // broadcast strides of the dense bias
-};
-
-std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return "q " + shape_string(q.shape()) + ", k " + shape_string(k.shape()) + ", v " +
-         shape_string(v.shape());
+bool is_float_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
 }
 
-[[noreturn]] void fail(const char* who, const std::string& what, const Tensor& q, const Tensor& k,
-                       const Tensor& v) {
-  throw std::invalid_argument(std::string(who) + ": " + what + " (" + shapes_of(q, k, v) + ")");
+std::string num(std::int64_t x) { return std::to_string(x); }
+
+}  // namespace
+
+void check_attention_dtypes(AttentionCall& call) {
+  const DType qt = call.q->dtype(), kt = call.k->dtype(), vt = call.v->dtype();
+  const bool same = qt == kt && qt == vt && is_float_dtype(qt);
+  const bool mixed = qt == DType::kFloat32 && kt == vt &&
+                     (kt == DType::kBFloat16 || kt == DType::kFloat16);
+  if (!same && !mixed) {
+    call.fail("q, k and v must be of one dtype (float32, bfloat16 or float16), or q float32 "
+              "with k and v both bfloat16 or both float16; got " +
+              dtype_name(qt) + ", " + dtype_name(kt) + ", " + dtype_name(vt));
+  }
+  call.p.dtype = qt;
+  call.p.kv_dtype = kt;
 }
 
-// The bias against the checked shapes; fills the dense bias's broadcast
-// strides.
-void check_bias(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
-                const AttentionBias& bias, const AttentionOptions& options, Prepared& p) {
+void check_attention_options(AttentionCall& call, const AttentionOptions& options, bool ragged) {
+  AttentionParams& p = call.p;
+  if (p.d < 1) call.fail("d must be >= 1, got " + num(p.d));
+  if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
+    call.fail("the query heads h = " + num(p.h) + " must be a multiple of the key/value heads hk = " +
+              num(p.hk));
+  }
+  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
+  if (!std::isfinite(scale)) call.fail("scale must be finite, got " + std::to_string(scale));
+  p.scale = scale;
+  p.causal = options.causal;
+  if (options.window.left < -1 || options.window.right < -1) {
+    call.fail("window entries must be >= -1 (-1: unbounded), got {" + num(options.window.left) +
+              ", " + num(options.window.right) + "}");
+  }
+  p.window_left = options.window.left;
+  p.window_right = options.window.right;
+  if (!std::isfinite(options.softcap) || options.softcap < 0.0f) {
+    call.fail("softcap must be finite and >= 0 (0: off), got " + std::to_string(options.softcap));
+  }
+  p.softcap = options.softcap;
+  const Tensor& mask = options.key_mask;
+  const bool has_mask = !(mask.numel() == 0 && mask.dim() != 2);
+  if (ragged) {
+    if (options.q_offset) {
+      call.fail("q_offset is for dense calls only (packed and paged queries are the last of "
+                "each sequence), got " +
+                num(*options.q_offset));
+    }
+    if (has_mask) {
+      call.fail("key_mask is for dense calls only, got " + dtype_name(mask.dtype()) + " " +
+                shape_string(mask.shape()));
+    }
+    return;
+  }
+  constexpr std::int64_t kMaxOffset = std::int64_t{1} << 60;
+  if (options.q_offset && std::llabs(*options.q_offset) > kMaxOffset) {
+    call.fail("q_offset must lie within +-2^60, got " + num(*options.q_offset));
+  }
+  p.q_offset = options.q_offset ? *options.q_offset : p.j - p.i;
+  if (has_mask) {
+    if (mask.dim() != 2 || mask.size(0) != p.b || mask.size(1) != p.j ||
+        (mask.dtype() != DType::kBool && mask.dtype() != DType::kUInt8)) {
+      call.fail("key_mask must be bool or uint8 [b, j] = [" + num(p.b) + ", " + num(p.j) +
+                "], got " + dtype_name(mask.dtype()) + " " + shape_string(mask.shape()));
+    }
+    p.key_mask = mask.data<std::uint8_t>();
+    p.key_mask_stride[0] = mask.strides()[0];
+    p.key_mask_stride[1] = mask.strides()[1];
+  }
+}
+
+void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool ragged) {
+  AttentionParams& p = call.p;
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
+      p.bias = FusedBias::kNone;
       break;
-    case AttentionBiasKind::kAlibi:
-      if (static_cast<std::int64_t>(bias.slopes.size()) != p.h) {
-        fail(who,
-             "ALiBi needs one slope per query head: got " + std::to_string(bias.slopes.size()) +
-                 " slopes for h = " + std::to_string(p.h),
-             q, k, v);
+    case AttentionBiasKind::kAlibi: {
+      const auto n = static_cast<std::int64_t>(bias.slopes.size());
+      if (n != p.h && n != p.b * p.h) {
+        call.fail("ALiBi needs one slope per query head or one set per sequence: got " + num(n) +
+                  " slopes for h = " + num(p.h) + ", b = " + num(p.b) + " (h or b * h slopes)");
       }
       for (std::size_t x = 0; x < bias.slopes.size(); ++x) {
         if (!std::isfinite(bias.slopes[x])) {
-          fail(who,
-               "ALiBi slope " + std::to_string(x) + " is not finite (" +
-                   std::to_string(bias.slopes[x]) + ")",
-               q, k, v);
+          call.fail("ALiBi slope " + std::to_string(x) + " is not finite (" +
+                    std::to_string(bias.slopes[x]) + ")");
         }
       }
+      p.bias = FusedBias::kAlibi;
+      p.slopes = bias.slopes.data();
+      p.slopes_seq_stride = n == p.h ? 0 : p.h;
       break;
+    }
     case AttentionBiasKind::kDistanceTable: {
       const Tensor& t = bias.table;
-      const std::string tshape = "table " + shape_string(t.shape());
-      // n >= 2j - 1, written so that 2j cannot overflow (an empty k may have
-      // any j).
-      if (t.dtype() != DType::kFloat32 || t.dim() != 2 || t.size(0) != p.h ||
-          p.j > t.size(1) / 2 + t.size(1) % 2) {
-        const std::string need = p.j > std::numeric_limits<std::int64_t>::max() / 2
-                                     ? "2 * " + std::to_string(p.j) + " - 1"
-                                     : std::to_string(std::max<std::int64_t>(0, 2 * p.j - 1));
-        fail(who,
-             "the distance table must be float32 [h, >= 2j - 1] = [" + std::to_string(p.h) +
-                 ", >= " + need + "], got " + dtype_name(t.dtype()) + " " + tshape,
-             q, k, v);
+      if (t.dtype() != DType::kFloat32 || t.dim() != 2 || t.size(0) != p.h || t.size(1) % 2 == 0) {
+        call.fail("the distance table must be float32 [h, n] with h = " + num(p.h) +
+                  " and n odd (read at its centre (n - 1) / 2), got " + dtype_name(t.dtype()) +
+                  " table " + shape_string(t.shape()));
       }
-      if (!options.causal && p.i > p.j && p.j > 0) {
-        fail(who,
-             "a distance table covers query positions 0..j-1 only: non-causal attention "
-             "needs i <= j, got i = " +
-                 std::to_string(p.i) + ", j = " + std::to_string(p.j),
-             q, k, v);
-      }
+      p.bias = FusedBias::kTable;
+      p.table_centre = (t.size(1) - 1) / 2;
       break;
     }
     case AttentionBiasKind::kDense: {
       const Tensor& t = bias.dense;
-      const std::vector<std::int64_t> target = {p.b, p.h, p.i, p.j};
-      const std::string msg =
-          "the dense bias " + shape_string(t.shape()) + " (" + dtype_name(t.dtype()) +
-          ") must be float32 and broadcastable to [b, h, i, j] = " + shape_string(target);
-      if (t.dtype() != DType::kFloat32 || t.dim() > 4) fail(who, msg, q, k, v);
+      if (ragged) {
+        call.fail("a dense bias has no packed or paged layout; use ALiBi or a distance table (got " +
+                  shape_string(t.shape()) + ")");
+      }
+      const std::int64_t target[4] = {p.b, p.h, p.i, p.j};
+      const std::string msg = "the dense bias " + shape_string(t.shape()) + " (" +
+                              dtype_name(t.dtype()) +
+                              ") must be float32 and broadcastable to [b, h, i, j] = " +
+                              shape_string({p.b, p.h, p.i, p.j});
+      if (t.dtype() != DType::kFloat32 || t.dim() > 4) call.fail(msg);
       const std::int64_t lead = 4 - t.dim();
       for (std::int64_t x = 0; x < 4; ++x) {
+        p.dense_stride[x] = 0;
         if (x < lead) continue;  // missing leading dimension: broadcast
         const std::int64_t e = t.size(x - lead);
-        if (e == target[static_cast<std::size_t>(x)]) {
+        if (e == target[x]) {
           p.dense_stride[x] = t.strides()[static_cast<std::size_t>(x - lead)];
         } else if (e != 1) {
-          fail(who, msg, q, k, v);
+          call.fail(msg);
         }
       }
+      p.bias = FusedBias::kDense;
+      p.dense = t.data<float>();
       break;
     }
   }
 }
 
-Prepared check(const char* who, const Tensor& q, const Tensor& k, const Tensor& v,
-               const AttentionBias& bias, const AttentionOptions& options) {
+std::int64_t longest_visible_distance(const AttentionParams& p) {
+  std::int64_t most = -1;
+  // Dense calls: every sequence has the same rows and keys.
+  const std::int64_t seqs = p.cu_q == nullptr && p.seqlen_k == nullptr ? std::min<std::int64_t>(p.b, 1) : p.b;
+  for (std::int64_t s = 0; s < seqs; ++s) {
+    const Sequence sq = sequence(p, s);
+    for (std::int64_t r = 0; r < sq.i; ++r) {
+      const std::int64_t qpos = sq.q_offset + r;
+      const KeyRange kr = visible_keys(p, sq.j, qpos);
+      if (kr.end <= kr.begin) continue;
+      most = std::max<std::int64_t>({most, std::llabs(qpos - kr.begin), std::llabs(kr.end - 1 - qpos)});
+    }
+  }
+  return most;
+}
+
+void finish_attention_table(AttentionCall& call, const AttentionBias& bias) {
+  AttentionParams& p = call.p;
+  if (p.bias != FusedBias::kTable) return;
+  const Tensor& t = bias.table;
+  const std::int64_t centre = (t.size(1) - 1) / 2;
+  const std::int64_t need = longest_visible_distance(p);
+  if (need > centre) {
+    call.fail("the distance table [h, n] = " + shape_string(t.shape()) +
+              " is read at its centre (n - 1) / 2 = " + num(centre) +
+              " and must cover the longest visible distance " + num(need) + ": n >= " +
+              (need > (std::numeric_limits<std::int64_t>::max() - 1) / 2
+                   ? "2 * " + num(need) + " + 1"
+                   : num(2 * need + 1)));
+  }
+  // Only the entries a kernel may read are copied: |rel| <= reach, where
+  // reach covers every visible pair and, for the backward's whole key
+  // blocks, every |rel| < j (zeros past the user's table). Padding: a vector
+  // before the first entry (a window's left edge) and 64 floats after.
+  const std::int64_t reach = std::max<std::int64_t>({need, p.j - 1, 0});
+  const std::int64_t copied = std::min(reach, centre);
+  p.table_centre = reach;
+  const std::int64_t front = 16;
+  checked_numel({p.h, reach, 2}, DType::kFloat32);
+  p.rtable_stride = front + 2 * reach + 1 + 64;
+  checked_numel({p.h, p.rtable_stride}, DType::kFloat32);
+  call.rtable.assign(static_cast<std::size_t>(p.h * p.rtable_stride), 0.0f);
+  const float* src = t.data<float>();
+  const std::int64_t s0 = t.strides()[0], s1 = t.strides()[1];
+  for (std::int64_t hh = 0; hh < p.h; ++hh) {
+    float* dst = call.rtable.data() + hh * p.rtable_stride + front + reach;  // rel 0
+    for (std::int64_t rel = -copied; rel <= copied; ++rel) {
+      dst[rel] = src[hh * s0 + (centre - rel) * s1];  // user entry rel' = -rel (q - k)
+    }
+  }
+  p.rtable = call.rtable.data() + front;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::AttentionCall;
+using detail::shape_string;
+using detail::AttentionParams;
+
+// Checks a dense call (q [b, h, i, d], k, v [b, hk, j, d]) and describes it
+// in call.p; allocates only the reversed table, after every check.
+void describe_dense(AttentionCall& call, const AttentionBias& bias,
+                    const AttentionOptions& options) {
+  const Tensor &q = *call.q, &k = *call.k, &v = *call.v;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
-    fail(who, "q must be [b, h, i, d] and k, v [b, hk, j, d] (4-d)", q, k, v);
+    call.fail("q must be [b, h, i, d] and k, v [b, hk, j, d] (4-d)");
   }
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
-    fail(who,
-         "q, k and v must have one dtype, got " + dtype_name(q.dtype()) + ", " +
-             dtype_name(k.dtype()) + ", " + dtype_name(v.dtype()),
-         q, k, v);
-  }
-  if (k.shape() != v.shape()) fail(who, "k and v must have the same shape", q, k, v);
-  Prepared p;
+  detail::check_attention_dtypes(call);
+  if (k.shape() != v.shape()) call.fail("k and v must have the same shape");
+  AttentionParams& p = call.p;
   p.b = q.size(0);
   p.h = q.size(1);
   p.i = q.size(2);
   p.d = q.size(3);
   p.hk = k.size(1);
   p.j = k.size(2);
-  if (k.size(0) != p.b) fail(who, "q and k must have the same batch size", q, k, v);
-  if (k.size(3) != p.d) fail(who, "q and k must have the same head dimension d", q, k, v);
-  if (p.d < 1) fail(who, "d must be >= 1, got " + std::to_string(p.d), q, k, v);
-  if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
-    fail(who,
-         "the query heads h = " + std::to_string(p.h) +
-             " must be a multiple of the key/value heads hk = " + std::to_string(p.hk),
-         q, k, v);
-  }
-  if (p.hk == 0) p.hk = 1;  // h == 0: nothing to compute
-  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
-  if (!std::isfinite(scale)) {
-    fail(who, "scale must be finite, got " + std::to_string(scale), q, k, v);
-  }
-  p.scale = scale;
-  check_bias(who, q, k, v, bias, options, p);
-  return p;
-}
-
-// The user's table reversed once per head, so that a row's window reads
-// forwards (increasing key order); the padding covers the vector tail of the
-// last block (at most one vector of 16 floats is read past the 2j - 1
-// entries).
-std::vector<float> reversed_table(const Tensor& table, std::int64_t h, std::int64_t j,
-                                  std::int64_t* stride) {
-  const std::int64_t len = std::max<std::int64_t>(0, 2 * j - 1);
-  // The table and k may be stride-0 views (Tensor::from_blob) of any
-  // length: refuse a copy that cannot fit (std::length_error) before sizing
-  // it.
-  detail::checked_numel({h, len}, DType::kFloat32);
-  *stride = len + 64;
-  std::vector<float> rtable(static_cast<std::size_t>(h * *stride), 0.0f);
-  const float* t = table.data<float>();
-  const std::int64_t s0 = table.strides()[0];
-  const std::int64_t s1 = table.strides()[1];
-  for (std::int64_t hh = 0; hh < h; ++hh) {
-    float* dst = rtable.data() + hh * *stride;
-    for (std::int64_t e = 0; e < len; ++e) dst[e] = t[hh * s0 + (len - 1 - e) * s1];
-  }
-  return rtable;
-}
-
-// The kernels' description of a call, from the checked arguments: the one
-// place that turns the public q, k, v, bias and options into
-// detail::AttentionParams (the forward, the backward and the reference all
-// start from it). Outputs and the backward's inputs are set by the caller.
-struct Described {
-  detail::AttentionParams p;
-  std::vector<float> rtable;  // kTable: the reversed table p.rtable points into
-};
-
-Described describe(const Prepared& pr, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const AttentionBias& bias, const AttentionOptions& options) {
-  Described dsc;
-  detail::AttentionParams& p = dsc.p;
-  p.dtype = q.dtype();
-  p.kv_dtype = k.dtype();
+  if (k.size(0) != p.b) call.fail("q and k must have the same batch size");
+  if (k.size(3) != p.d) call.fail("q and k must have the same head dimension d");
+  detail::check_attention_options(call, options, /*ragged=*/false);
+  detail::check_attention_bias(call, bias, /*ragged=*/false);
   p.q = q.raw_data();
   p.k = k.raw_data();
   p.v = v.raw_data();
   std::copy_n(q.strides().data(), 4, p.q_stride);
   std::copy_n(k.strides().data(), 4, p.k_stride);
   std::copy_n(v.strides().data(), 4, p.v_stride);
-  p.b = pr.b;
-  p.h = pr.h;
-  p.hk = k.size(1);  // 0 with h = 0 (nothing to compute; pr.hk is 1 then)
-  p.i = pr.i;
-  p.j = pr.j;
-  p.d = pr.d;
-  p.scale = pr.scale;
-  p.causal = options.causal;
-  p.q_offset = pr.j - pr.i;  // queries are the last i of the j positions
-  switch (bias.kind) {
-    case AttentionBiasKind::kNone:
-      p.bias = detail::FusedBias::kNone;
-      break;
-    case AttentionBiasKind::kAlibi:
-      p.bias = detail::FusedBias::kAlibi;
-      p.slopes = bias.slopes.data();
-      break;
-    case AttentionBiasKind::kDistanceTable:
-      p.bias = detail::FusedBias::kTable;
-      dsc.rtable = reversed_table(bias.table, pr.h, pr.j, &p.rtable_stride);
-      p.rtable = dsc.rtable.data();
-      p.table_centre = pr.j - 1;  // the user table read at j - 1 (issue 16 moves it to (n - 1) / 2)
-      break;
-    case AttentionBiasKind::kDense:
-      p.bias = detail::FusedBias::kDense;
-      p.dense = bias.dense.data<float>();
-      std::copy_n(pr.dense_stride, 4, p.dense_stride);
-      break;
-  }
-  return dsc;
+  p.out_stride[0] = p.h * p.i * p.d;
+  p.out_stride[1] = p.i * p.d;
+  p.out_stride[2] = p.d;
+  p.out_stride[3] = 1;
+  p.lse_stride[0] = p.h * p.i;
+  p.lse_stride[1] = p.i;
+  p.lse_stride[2] = 1;
+  detail::finish_attention_table(call, bias);
 }
 
 AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const AttentionBias& bias,
                                     const AttentionOptions& options, bool want_lse) {
-  const Prepared pr = check(who, q, k, v, bias, options);
+  AttentionCall call(who, q, k, v);
+  describe_dense(call, bias, options);
+  const AttentionParams& pr = call.p;
   AttentionForwardResult res;
   res.out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
   if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, DType::kFloat32);
   if (res.out.numel() == 0) return res;
-  Described dsc = describe(pr, q, k, v, bias, options);
-  dsc.p.out = res.out.raw_mutable_data();
-  if (want_lse) dsc.p.lse = res.lse.mutable_data<float>();
-  detail::fused_attention(dsc.p);
+  call.p.out = res.out.raw_mutable_data();
+  if (want_lse) call.p.lse = res.lse.mutable_data<float>();
+  detail::fused_attention(call.p);
   return res;
 }
 
-void check_like(const char* who, const char* name, const Tensor& t,
-                const std::vector<std::int64_t>& shape, DType dtype, const Tensor& q,
-                const Tensor& k, const Tensor& v) {
+void check_like(const AttentionCall& call, const char* name, const Tensor& t,
+                const std::vector<std::int64_t>& shape, DType dtype) {
   if (t.shape() != shape || t.dtype() != dtype) {
-    fail(who,
-         std::string(name) + " must be " + dtype_name(dtype) + " " + shape_string(shape) +
-             ", got " + dtype_name(t.dtype()) + " " + shape_string(t.shape()),
-         q, k, v);
+    call.fail(std::string(name) + " must be " + dtype_name(dtype) + " " + shape_string(shape) +
+              ", got " + dtype_name(t.dtype()) + " " + shape_string(t.shape()));
   }
-}
-
-// The kernel's table gradient [h, 2j - 1] as a gradient of the user's table
-// [h, n >= 2j - 1] (entries past 2j - 1 were not read: zero).
-Tensor table_gradient(const Tensor& table, const std::vector<float>& dtable, std::int64_t h,
-                      std::int64_t j) {
-  const std::int64_t len = std::max<std::int64_t>(0, 2 * j - 1);
-  Tensor grad = Tensor::full(table.shape(), 0.0f);
-  float* gt = grad.mutable_data<float>();
-  const std::int64_t n = table.size(1);
-  for (std::int64_t hh = 0; hh < h; ++hh) std::copy_n(dtable.data() + hh * len, len, gt + hh * n);
-  return grad;
 }
 
 // dS [b, h, i, j] summed over the dimensions the dense bias broadcasts along.
@@ -316,27 +350,50 @@ Tensor dense_gradient(const Tensor& t, const Tensor& ddense) {
   return grad;
 }
 
-// The bias of row r (position qpos) of head hh, batch bb at key c, in
-// double, straight from the user's bias (the reference's own reading).
-double reference_bias(const AttentionBias& bias, const Prepared& pr, std::int64_t bb,
-                      std::int64_t hh, std::int64_t r, std::int64_t qpos, std::int64_t c) {
+}  // namespace
+
+namespace detail {
+
+void run_attention_backward(AttentionCall& call, const AttentionBias& bias, AttentionGradients& g) {
+  AttentionParams& p = call.p;
+  p.dq = g.grad_q.raw_mutable_data();
+  p.dk = g.grad_k.raw_mutable_data();
+  p.dv = g.grad_v.raw_mutable_data();
+  std::vector<float> dtable;
+  Tensor ddense;
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
       break;
     case AttentionBiasKind::kAlibi:
-      return -static_cast<double>(bias.slopes[static_cast<std::size_t>(hh)]) *
-             static_cast<double>(std::llabs(c - qpos));
+      g.grad_slopes.assign(bias.slopes.size(), 0.0f);
+      p.dslopes = g.grad_slopes.data();
+      break;
     case AttentionBiasKind::kDistanceTable:
-      return bias.table.data<float>()[hh * bias.table.strides()[0] +
-                                      (qpos - c + pr.j - 1) * bias.table.strides()[1]];
+      dtable.assign(static_cast<std::size_t>(p.h * (2 * p.table_centre + 1)), 0.0f);
+      p.dtable = dtable.data();
+      break;
     case AttentionBiasKind::kDense:
-      return bias.dense.data<float>()[bb * pr.dense_stride[0] + hh * pr.dense_stride[1] +
-                                      r * pr.dense_stride[2] + c * pr.dense_stride[3]];
+      ddense = Tensor::empty({p.b, p.h, p.i, p.j}, DType::kFloat32);
+      p.ddense = ddense.mutable_data<float>();
+      break;
   }
-  return 0.0;
+  detail::attention_backward_kernel(p);
+  if (bias.kind == AttentionBiasKind::kDistanceTable) {
+    // The kernel's [h, 2 reach + 1] (centre reach) into the user's [h, n].
+    const std::int64_t n = bias.table.size(1), centre = (n - 1) / 2, reach = p.table_centre;
+    const std::int64_t len = 2 * reach + 1;
+    g.grad_table = Tensor::full(bias.table.shape(), 0.0f);
+    float* gt = g.grad_table.mutable_data<float>();
+    for (std::int64_t hh = 0; hh < p.h; ++hh) {
+      for (std::int64_t rel = -std::min(reach, centre); rel <= std::min(reach, centre); ++rel) {
+        gt[hh * n + centre + rel] = dtable[static_cast<std::size_t>(hh * len + reach + rel)];
+      }
+    }
+  }
+  if (bias.kind == AttentionBiasKind::kDense) g.grad_dense = dense_gradient(bias.dense, ddense);
 }
 
-}  // namespace
+}  // namespace detail
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                          const AttentionBias& bias, const AttentionOptions& options) {
@@ -353,120 +410,38 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
                                       const AttentionBias& bias, const AttentionOptions& options,
                                       const Tensor& out, const Tensor& lse,
                                       const Tensor& grad_out) {
-  const char* who = "attention_backward";
-  const Prepared pr = check(who, q, k, v, bias, options);
+  AttentionCall call("attention_backward", q, k, v);
+  describe_dense(call, bias, options);
+  const AttentionParams pr = call.p;
   const std::vector<std::int64_t> qshape = {pr.b, pr.h, pr.i, pr.d};
-  check_like(who, "out", out, qshape, q.dtype(), q, k, v);
-  check_like(who, "grad_out", grad_out, qshape, q.dtype(), q, k, v);
-  check_like(who, "lse", lse, {pr.b, pr.h, pr.i}, DType::kFloat32, q, k, v);
+  check_like(call, "out", out, qshape, q.dtype());
+  check_like(call, "grad_out", grad_out, qshape, q.dtype());
+  check_like(call, "lse", lse, {pr.b, pr.h, pr.i}, DType::kFloat32);
   AttentionGradients g;
   g.grad_q = Tensor::empty(qshape, q.dtype());
   g.grad_k = Tensor::empty(k.shape(), k.dtype());
   g.grad_v = Tensor::empty(v.shape(), v.dtype());
-
-  Described dsc = describe(pr, q, k, v, bias, options);
-  detail::AttentionParams& p = dsc.p;
+  AttentionParams& p = call.p;
   p.saved_out = out.raw_data();
   std::copy_n(out.strides().data(), 4, p.saved_out_stride);
   p.saved_lse = lse.data<float>();
   std::copy_n(lse.strides().data(), 3, p.saved_lse_stride);
   p.dout = grad_out.raw_data();
   std::copy_n(grad_out.strides().data(), 4, p.dout_stride);
-  p.dq = g.grad_q.raw_mutable_data();
-  p.dk = g.grad_k.raw_mutable_data();
-  p.dv = g.grad_v.raw_mutable_data();
-  std::vector<float> dtable;
-  Tensor ddense;
-  switch (bias.kind) {
-    case AttentionBiasKind::kNone:
-      break;
-    case AttentionBiasKind::kAlibi:
-      g.grad_slopes.assign(static_cast<std::size_t>(pr.h), 0.0f);
-      p.dslopes = g.grad_slopes.data();
-      break;
-    case AttentionBiasKind::kDistanceTable:
-      dtable.assign(static_cast<std::size_t>(pr.h * std::max<std::int64_t>(0, 2 * pr.j - 1)), 0.0f);
-      p.dtable = dtable.data();
-      break;
-    case AttentionBiasKind::kDense:
-      ddense = Tensor::empty({pr.b, pr.h, pr.i, pr.j}, DType::kFloat32);
-      p.ddense = ddense.mutable_data<float>();
-      break;
-  }
-  detail::attention_backward_kernel(p);
-  if (bias.kind == AttentionBiasKind::kDistanceTable) {
-    g.grad_table = table_gradient(bias.table, dtable, pr.h, pr.j);
-  }
-  if (bias.kind == AttentionBiasKind::kDense) g.grad_dense = dense_gradient(bias.dense, ddense);
+  detail::run_attention_backward(call, bias, g);
   return g;
 }
 
 Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionBias& bias, const AttentionOptions& options) {
-  const Prepared pr = check("attention_reference", q, k, v, bias, options);
-  if (pr.b * pr.h * pr.i * pr.d == 0) return Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
-  Tensor outf = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, DType::kFloat32);
-  const Tensor qf = q.to(DType::kFloat32);
-  const Tensor kf = k.to(DType::kFloat32);
-  const Tensor vf = v.to(DType::kFloat32);
-  const float* qd = qf.data<float>();
-  const float* kd = kf.data<float>();
-  const float* vd = vf.data<float>();
-  float* od = outf.mutable_data<float>();
-  // The kernels' description, for the positions and the visible keys.
-  const Described dsc = describe(pr, q, k, v, bias, options);
-  const std::int64_t b = pr.b, h = pr.h, i = pr.i, j = pr.j, d = pr.d;
-  const std::int64_t group = h / pr.hk;
-  const double inf = std::numeric_limits<double>::infinity();
-  const std::int64_t rows = b * h * i;
-#pragma omp parallel
-  {
-    std::vector<double> score(static_cast<std::size_t>(j));
-    std::vector<double> acc(static_cast<std::size_t>(d));
-#pragma omp for schedule(static)
-    for (std::int64_t flat = 0; flat < rows; ++flat) {
-      const std::int64_t r = flat % i;
-      const std::int64_t hh = (flat / i) % h;
-      const std::int64_t bb = flat / (i * h);
-      const std::int64_t kvh = hh / group;
-      const std::int64_t qpos = detail::query_position(dsc.p, r);
-      const detail::KeyRange visible = detail::visible_keys(dsc.p, qpos);
-      const float* qrow = qd + flat * d;
-      double mx = -inf;
-      bool nan = false;
-      for (std::int64_t c = visible.begin; c < visible.end; ++c) {
-        const float* krow = kd + ((bb * pr.hk + kvh) * j + c) * d;
-        double dot = 0.0;
-        for (std::int64_t x = 0; x < d; ++x) dot += static_cast<double>(qrow[x]) * krow[x];
-        double s = static_cast<double>(pr.scale) * dot;
-        s += reference_bias(bias, pr, bb, hh, r, qpos, c);
-        score[static_cast<std::size_t>(c)] = s;
-        if (std::isnan(s)) nan = true;
-        mx = std::max(mx, s);
-      }
-      std::fill(acc.begin(), acc.end(), 0.0);
-      float* orow = od + flat * d;
-      if (nan) {
-        std::fill(orow, orow + d, std::numeric_limits<float>::quiet_NaN());
-        continue;
-      }
-      if (mx == -inf) {  // no visible key (or all masked by -inf)
-        std::fill(orow, orow + d, 0.0f);
-        continue;
-      }
-      double sum = 0.0;
-      for (std::int64_t c = visible.begin; c < visible.end; ++c) {
-        const double e = std::exp(score[static_cast<std::size_t>(c)] - mx);
-        sum += e;
-        const float* vrow = vd + ((bb * pr.hk + kvh) * j + c) * d;
-        for (std::int64_t x = 0; x < d; ++x) acc[static_cast<std::size_t>(x)] += e * vrow[x];
-      }
-      for (std::int64_t x = 0; x < d; ++x) {
-        orow[x] = static_cast<float>(acc[static_cast<std::size_t>(x)] / sum);
-      }
-    }
-  }
-  return q.dtype() == DType::kFloat32 ? outf : outf.to(q.dtype());
+  AttentionCall call("attention_reference", q, k, v);
+  describe_dense(call, bias, options);
+  const AttentionParams& pr = call.p;
+  Tensor out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
+  if (out.numel() == 0) return out;
+  call.p.out = out.raw_mutable_data();
+  detail::attention_reference_run(call.p);
+  return out;
 }
 
 }  // namespace posbias

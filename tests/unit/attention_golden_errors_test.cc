@@ -96,17 +96,22 @@ TEST(Attention, BadInputThrowsWithTheShapes) {
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({4, 8}, 4))),
                        "table [4, 8]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::distance_table(random_tensor({3, 9}, 4))),
-                       ">= 9");
-  // An empty k may have any j: 2j - 1 must not overflow (UBSan) in the check.
+                       "h = 4 and n odd");
+  // A stride-0 k may have any j: 2 * distance + 1 must not overflow (UBSan)
+  // in the message.
   const std::int64_t huge_j = (std::int64_t{1} << 62) + 1;
-  const Tensor k_huge = Tensor::empty({0, 2, huge_j, 8}, DType::kFloat32);
-  expect_throw_with<E>(fwd(Tensor::empty({0, 4, 3, 8}, DType::kFloat32), k_huge, k_huge,
+  float zero = 0.0f;
+  const Tensor k_huge =
+      Tensor::from_blob(&zero, {1, 2, huge_j, 8}, {0, 0, 0, 0}, DType::kFloat32);
+  expect_throw_with<E>(fwd(random_tensor({1, 4, 1, 8}, 1), k_huge, k_huge,
                            AttentionBias::distance_table(random_tensor({4, 9}, 4))),
-                       ">= 2 * 4611686018427387905 - 1], got float32 table [4, 9]");
+                       "longest visible distance 4611686018427387904: n >= 2 * "
+                       "4611686018427387904 + 1");
+  // Centred: non-causal i > j puts row 0 at -1, 5 keys away from key 4.
   expect_throw_with<E>(
       fwd(random_tensor({1, 2, 6, 8}, 1), random_tensor({1, 2, 5, 8}, 2),
           random_tensor({1, 2, 5, 8}, 2), AttentionBias::distance_table(random_tensor({2, 9}, 4))),
-      "needs i <= j");
+      "centre (n - 1) / 2 = 4 and must cover the longest visible distance 5: n >= 11");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({2, 3, 5}, 4))),
                        "[2, 3, 5]");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::dense_bias(random_tensor({1, 1, 1, 3, 5}, 4))),

@@ -75,7 +75,7 @@ std::vector<float> naive_attention(const Tensor& q, const Tensor& k, const Tenso
               bias_value = -static_cast<double>(bias.slopes[hh]) * std::fabs(double(c - qr));
               break;
             case AttentionBiasKind::kDistanceTable:
-              if (visible[c]) bias_value = bias.table.at({hh, (qr - c) + (j - 1)});
+              if (visible[c]) bias_value = bias.table.at({hh, (qr - c) + (bias.table.size(1) - 1) / 2});
               break;
             case AttentionBiasKind::kDense: {
               const Tensor& t = bias.dense;
@@ -133,8 +133,9 @@ AttentionBias make_bias(const Case& c, std::uint32_t seed) {
     case AttentionBiasKind::kAlibi:
       return AttentionBias::alibi(alibi_slopes(c.h));
     case AttentionBiasKind::kDistanceTable: {
-      // Longer than 2j - 1, and strided (a transposed [n, h] buffer).
-      const std::int64_t n = std::max<std::int64_t>(1, 2 * c.j - 1) + 3;
+      // Longer than 2j - 1 (odd: read at its centre (n - 1) / 2), and
+      // strided (a transposed [n, h] buffer).
+      const std::int64_t n = std::max<std::int64_t>(1, 2 * c.j - 1) + 4;
       return AttentionBias::distance_table(random_tensor({n, c.h}, seed, -2, 2).transpose(0, 1));
     }
     case AttentionBiasKind::kDense: {
@@ -345,18 +346,20 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
             p.bias = detail::FusedBias::kAlibi;
             p.slopes = in.bias.slopes.data();
             break;
-          case AttentionBiasKind::kDistanceTable:
+          case AttentionBiasKind::kDistanceTable: {
             p.bias = detail::FusedBias::kTable;
+            const std::int64_t centre = (in.bias.table.size(1) - 1) / 2;  // the user's
             p.rtable_stride = 2 * c.j - 1 + 64;
             rtable.assign(static_cast<std::size_t>(c.h * p.rtable_stride), 0.0f);
             for (std::int64_t hh = 0; hh < c.h; ++hh) {
               for (std::int64_t e = 0; e < 2 * c.j - 1; ++e) {
-                rtable[hh * p.rtable_stride + e] = in.bias.table.at({hh, 2 * c.j - 2 - e});
+                rtable[hh * p.rtable_stride + e] = in.bias.table.at({hh, centre + (c.j - 1) - e});
               }
             }
             p.rtable = rtable.data();
             p.table_centre = c.j - 1;
             break;
+          }
           case AttentionBiasKind::kDense:
             p.bias = detail::FusedBias::kDense;
             dense = in.bias.dense.to_float_vector();  // [h, i, j]
