@@ -114,8 +114,8 @@ struct AttentionBwdWork {
 struct AttentionBwdHead {
   std::int64_t s = 0, hh = 0, kvh = 0;
   Sequence seq;
-  std::int64_t tok0 = 0;       // first key token of the sequence
-  float neg_slope = 0.0f;      // kAlibi
+  std::int64_t tok0 = 0;        // first key token of the sequence
+  float neg_slope = 0.0f;       // kAlibi
   const float* rtab = nullptr;  // kTable: this head's reversed table
   const float* keep = nullptr;  // key mask as 1 / 0 per key, or null
   float* dk = nullptr;          // [j, dp], times scale already (q is scaled)
@@ -234,9 +234,11 @@ void BwdRow(DF df, const AttentionParams& p, AttentionBwdHead& hd, std::int64_t 
   }
   VF slope_grad = hn::Zero(df);
   for (std::int64_t x = a0; x < span; x += n) {
-    auto keep = hn::AndNot(hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, b0 - x))),
-                           hn::FirstN(df, static_cast<std::size_t>(e0 - x)));
-    if (hd.keep != nullptr) keep = hn::And(keep, hn::Ne(hn::LoadU(df, hd.keep + c0 + x), hn::Zero(df)));
+    auto keep =
+        hn::AndNot(hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, b0 - x))),
+                   hn::FirstN(df, static_cast<std::size_t>(e0 - x)));
+    if (hd.keep != nullptr)
+      keep = hn::And(keep, hn::Ne(hn::LoadU(df, hd.keep + c0 + x), hn::Zero(df)));
     VF v = hn::Load(df, s + x);
     if (capped) {
       const VF t = hn::Tanh(df, hn::Mul(v, inv_cap));
@@ -255,8 +257,8 @@ void BwdRow(DF df, const AttentionParams& p, AttentionBwdHead& hd, std::int64_t 
         for (std::int64_t u = 0; u < n; ++u) {
           const std::int64_t c = x + u;
           tmp[u] = c < b0 || c >= e0 ? 0.0f
-                   : rtab != nullptr   ? rtab[wbase + c]
-                                       : dense[c * p.dense_stride[3]];
+                   : rtab != nullptr ? rtab[wbase + c]
+                                     : dense[c * p.dense_stride[3]];
         }
         v = hn::Add(v, hn::Load(df, tmp));
       }
@@ -370,7 +372,8 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
     }
     // Rows meeting [c0, c0 + bc): their visible ranges end after c0 and
     // begin before c0 + bc (both bounds grow with the position).
-    const std::int64_t r_lo = FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).end > c0; });
+    const std::int64_t r_lo =
+        FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).end > c0; });
     const std::int64_t r_hi =
         FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).begin >= c0 + bc; });
     for (std::int64_t r0 = (r_lo / sh.bq) * sh.bq; r0 < r_hi; r0 += sh.bq) {

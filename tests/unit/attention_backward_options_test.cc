@@ -76,9 +76,9 @@ struct Problem {
     }
     static const char* kinds[] = {"none", "alibi", "table", "dense"};
     return n + " off " + std::to_string(q_offset) + (causal ? " causal" : "") + " window " +
-           std::to_string(left) + "," + std::to_string(right) + " cap " +
-           std::to_string(softcap) + (key_mask ? " mask " : " ") +
-           kinds[static_cast<int>(kind)] + (per_seq_slopes ? " per-seq" : "");
+           std::to_string(left) + "," + std::to_string(right) + " cap " + std::to_string(softcap) +
+           (key_mask ? " mask " : " ") + kinds[static_cast<int>(kind)] +
+           (per_seq_slopes ? " per-seq" : "");
   }
 };
 
@@ -138,7 +138,8 @@ Naive naive(const Problem& pb, const Data& in) {
   res.ddense.assign(in.dense.size(), 0.0);
   const std::int64_t tn = 2 * pb.centre + 1;
   for (std::int64_t s = 0; s < pb.b(); ++s) {
-    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)], j = pb.jk[static_cast<std::size_t>(s)];
+    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)],
+                       j = pb.jk[static_cast<std::size_t>(s)];
     for (std::int64_t hh = 0; hh < h; ++hh) {
       const std::int64_t kh = hh / group;
       const std::size_t slope_at = static_cast<std::size_t>(pb.per_seq_slopes ? s * h + hh : hh);
@@ -255,8 +256,8 @@ KernelGrads run_kernel(const Problem& pb, const Data& in, const Naive& fw, DType
   for (std::int64_t t = 0; t < tq; ++t) {
     for (std::int64_t hh = 0; hh < h; ++hh) {
       const float x = static_cast<float>(fw.lse[static_cast<std::size_t>(t * h + hh)]);
-      const std::int64_t at = pb.varlen ? hh * tq + t
-                                        : ((t / pb.iq[0]) * h + hh) * pb.iq[0] + t % pb.iq[0];
+      const std::int64_t at =
+          pb.varlen ? hh * tq + t : ((t / pb.iq[0]) * h + hh) * pb.iq[0] + t % pb.iq[0];
       lse[static_cast<std::size_t>(at)] = x;
     }
   }
@@ -387,7 +388,8 @@ void check(const Problem& pb, std::uint32_t seed, DType dt = DType::kFloat32) {
   const Naive want = naive(pb, in);
   // 16-bit: out itself is rounded to dt, which perturbs D = rowsum(dO * out).
   const double tol = dt == DType::kFloat32 ? 3e-5 : dt == DType::kBFloat16 ? 2e-2 : 3e-3;
-  const std::vector<std::pair<std::int64_t, std::int64_t>> block_sizes = {{64, 64}, {5, 7}, {16, 1}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> block_sizes = {
+      {64, 64}, {5, 7}, {16, 1}};
   for (const auto& blocks : block_sizes) {
     const std::string what =
         "blocks " + std::to_string(blocks.first) + "x" + std::to_string(blocks.second);
@@ -437,7 +439,8 @@ Problem varlen_problem(std::vector<std::int64_t> iq, std::vector<std::int64_t> j
 std::int64_t widest_distance(const Problem& pb) {
   std::int64_t most = 0;
   for (std::int64_t s = 0; s < pb.b(); ++s) {
-    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)], j = pb.jk[static_cast<std::size_t>(s)];
+    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)],
+                       j = pb.jk[static_cast<std::size_t>(s)];
     if (i == 0 || j == 0) continue;
     const std::int64_t first = pb.qoff(s), last = pb.qoff(s) + i - 1;
     most = std::max({most, std::abs(first), std::abs(last), std::abs(first - (j - 1)),
@@ -511,7 +514,7 @@ TEST(AttentionBackwardOptions, NaiveGradientsMatchCentralDifferences) {
     };
     const double eps = 1e-6;
     std::vector<double> Data::*fields[] = {&Data::q, &Data::k, &Data::v, &Data::slopes,
-                                            &Data::table};
+                                           &Data::table};
     const std::vector<double>* grads[] = {&base.dq, &base.dk, &base.dv, &base.dslopes,
                                           &base.dtable};
     for (int f = 0; f < 5; ++f) {
@@ -634,7 +637,8 @@ TEST(AttentionBackwardOptions, VarlenEqualsOneCallPerSequence) {
   const KernelGrads packed = run_kernel(pb, in, naive(pb, in), DType::kFloat32, 64, 64);
   for (std::int64_t s = 0; s < pb.b(); ++s) {
     SCOPED_TRACE("sequence " + std::to_string(s));
-    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)], j = pb.jk[static_cast<std::size_t>(s)];
+    const std::int64_t i = pb.iq[static_cast<std::size_t>(s)],
+                       j = pb.jk[static_cast<std::size_t>(s)];
     Problem one = varlen_problem({i}, {j}, pb.h, pb.hk, pb.d);
     one.causal = true;
     one.kind = AttentionBiasKind::kAlibi;

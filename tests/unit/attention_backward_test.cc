@@ -71,7 +71,8 @@ Inputs make_inputs(const Case& c, std::uint32_t seed) {
       break;
     case AttentionBiasKind::kDistanceTable:
       in.bias = AttentionBias::distance_table(
-          rand_tensor({c.h, std::max<std::int64_t>(1, 2 * c.j - 1) + 3}, seed + 4, -2.0f, 2.0f));
+          // Longer than 2j - 1 and odd: read at its centre (n - 1) / 2 = j + 1.
+          rand_tensor({c.h, std::max<std::int64_t>(1, 2 * c.j - 1) + 4}, seed + 4, -2.0f, 2.0f));
       break;
     case AttentionBiasKind::kDense:
       // Broadcast over the batch: [h, i, j].
@@ -104,10 +105,11 @@ NaiveResult naive(const Inputs& in, const std::vector<double>* q_override = null
   const AttentionBias& bias = in.bias;
   std::vector<double> slopes(bias.slopes.begin(), bias.slopes.end());
   std::vector<double> table, dense;
-  std::int64_t tn = 0;
+  std::int64_t tn = 0, centre = 0;
   if (bias.kind == AttentionBiasKind::kDistanceTable) {
     table = bias_override ? *bias_override : as_double(bias.table);
     tn = bias.table.size(1);
+    centre = (tn - 1) / 2;
   }
   if (bias.kind == AttentionBiasKind::kDense) {
     dense = bias_override ? *bias_override : as_double(bias.dense);
@@ -141,7 +143,7 @@ NaiveResult naive(const Inputs& in, const std::vector<double>* q_override = null
           if (bias.kind == AttentionBiasKind::kAlibi) {
             sc -= slopes[static_cast<std::size_t>(hh)] * std::fabs(static_cast<double>(c - qpos));
           } else if (bias.kind == AttentionBiasKind::kDistanceTable) {
-            sc += table[static_cast<std::size_t>(hh * tn + (qpos - c + j - 1))];
+            sc += table[static_cast<std::size_t>(hh * tn + (qpos - c + centre))];
           } else if (bias.kind == AttentionBiasKind::kDense) {
             sc += dense[static_cast<std::size_t>((hh * i + r) * j + c)];
           }
@@ -177,7 +179,7 @@ NaiveResult naive(const Inputs& in, const std::vector<double>* q_override = null
             res.dslopes[static_cast<std::size_t>(hh)] -=
                 ds * std::fabs(static_cast<double>(c - qpos));
           } else if (bias.kind == AttentionBiasKind::kDistanceTable) {
-            res.dtable[static_cast<std::size_t>(hh * tn + (qpos - c + j - 1))] += ds;
+            res.dtable[static_cast<std::size_t>(hh * tn + (qpos - c + centre))] += ds;
           } else if (bias.kind == AttentionBiasKind::kDense) {
             res.ddense[static_cast<std::size_t>((hh * i + r) * j + c)] += ds;
           }
@@ -386,8 +388,10 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
             rtable.assign(static_cast<std::size_t>(c.h * p.rtable_stride), 0.0f);
             for (std::int64_t hh = 0; hh < c.h; ++hh) {
               for (std::int64_t e = 0; e < len; ++e) {
+                // Entry e: key - query position e - (j - 1), the user's
+                // entry (j - 1 - e) + its centre.
                 rtable[static_cast<std::size_t>(hh * p.rtable_stride + e)] =
-                    in.bias.table.at({hh, len - 1 - e});
+                    in.bias.table.at({hh, c.j - 1 - e + (in.bias.table.size(1) - 1) / 2});
               }
             }
             p.rtable = rtable.data();
@@ -407,10 +411,11 @@ TEST(AttentionBackward, SmallBlocksEqualDefaultBlocks) {
           expect_near_all(dv.to_float_vector(), want.dv, what + " dv", 2e-5);
           if (kind == AttentionBiasKind::kDistanceTable) {
             std::vector<double> wt;
-            const std::int64_t tn = in.bias.table.size(1);
+            const std::int64_t tn = in.bias.table.size(1), centre = (tn - 1) / 2;
             for (std::int64_t hh = 0; hh < c.h; ++hh) {
               for (std::int64_t e = 0; e < 2 * c.j - 1; ++e) {
-                wt.push_back(want.dtable[static_cast<std::size_t>(hh * tn + e)]);
+                wt.push_back(
+                    want.dtable[static_cast<std::size_t>(hh * tn + e - (c.j - 1) + centre)]);
               }
             }
             expect_near_all(dtable, wt, what + " dtable", 2e-5);
