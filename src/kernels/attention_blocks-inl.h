@@ -277,6 +277,7 @@ HWY_INLINE void MulAddRows(DF df, std::int64_t rows, std::int64_t cols, std::int
 // The bias of one query row over the key block starting at key c0.
 struct RowBias {
   FusedBias kind = FusedBias::kNone;  // kNone also when the tile added ALiBi
+  float softcap = 0.0f;               // > 0: cap * tanh(s / cap) before the bias
   float neg_slope = 0.0f;
   std::int64_t alibi_rel0 = 0;    // kAlibi: signed distance of column 0
   const float* window = nullptr;  // kTable: the row's entries from column 0
@@ -302,12 +303,13 @@ HWY_INLINE RowBias RowBiasOf(const AttentionParams& p, std::int64_t bb, std::int
                              bool alibi_from_first_key, bool alibi_added) {
   RowBias rb;
   rb.kind = alibi_added ? FusedBias::kNone : p.bias;
+  rb.softcap = p.softcap;
   if (lim == 0) return rb;  // a table window would start outside the table
   switch (rb.kind) {
     case FusedBias::kNone:
       break;
     case FusedBias::kAlibi:
-      rb.neg_slope = -p.slopes[hh];
+      rb.neg_slope = -slope_of(p, bb, hh);
       // |value| < 2^24 keeps the float32 distances exact.
       rb.alibi_rel0 = c0 - AlibiAnchor(qpos, alibi_from_first_key);
       break;
@@ -332,12 +334,20 @@ HWY_INLINE VF AlibiDistance(DF df, const RowBias& rb, std::int64_t x) {
 // multiple of the vector length) of which the first `lim` are visible,
 // masks the others with -inf, and returns the row max. Only the vectors
 // holding visible keys are touched: the rest of the row is never read.
+HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                                    float* HWY_RESTRICT s, std::int64_t first,
+                                    const float* HWY_RESTRICT keep);
+
 HWY_INLINE float BiasMaskMax(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
-                             float* HWY_RESTRICT s) {
+                             float* HWY_RESTRICT s, std::int64_t first = 0,
+                             const float* HWY_RESTRICT keep = nullptr) {
   const std::int64_t n = AttnLanes(df);
   // A row that sees no key of this block reads nothing (with i > j a
   // distance-table window would start outside the table).
-  if (lim == 0) return kAttnNegInf;
+  if (lim <= first) return kAttnNegInf;
+  if (first > 0 || keep != nullptr || rb.softcap > 0.0f) {
+    return BiasMaskMaxGeneral(df, rb, cols, lim, s, first, keep);
+  }
   if (rb.kind == FusedBias::kDense) {
     if (rb.dense_step == 1) {
       for (std::int64_t c = 0; c < lim; ++c) s[c] += rb.dense[c];
@@ -376,8 +386,46 @@ HWY_INLINE float BiasMaskMax(DF df, const RowBias& rb, std::int64_t cols, std::i
     } else if (rb.kind == FusedBias::kTable) {
       v = hn::Add(v, hn::LoadU(df, rb.window + x));
     }
-    const std::int64_t keep = std::max<std::int64_t>(0, lim - x);
-    v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(keep)), v, hn::Set(df, kAttnNegInf));
+    const std::int64_t kept = std::max<std::int64_t>(0, lim - x);
+    v = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(kept)), v, hn::Set(df, kAttnNegInf));
+    hn::Store(v, df, s + x);
+    vmax = hn::Max(vmax, v);
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, vmax));
+}
+
+// BiasMaskMax with a window's left edge (columns before `first` are masked
+// and their bias is not read), a key mask (keep[c] == 0: masked; null:
+// none) and soft-capping (cap * tanh(s / cap), then the bias). Columns
+// [0, cols) of the row all end up written: -inf where masked.
+HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                                    float* HWY_RESTRICT s, std::int64_t first,
+                                    const float* HWY_RESTRICT keep) {
+  const std::int64_t n = AttnLanes(df);
+  if (rb.kind == FusedBias::kDense) {
+    for (std::int64_t c = first; c < lim; ++c) s[c] += rb.dense[c * rb.dense_step];
+  }
+  const VF ninf = hn::Set(df, kAttnNegInf);
+  const std::int64_t x0 = first - first % n;
+  for (std::int64_t x = 0; x < x0; x += n) hn::Store(ninf, df, s + x);
+  const std::int64_t span = std::min(cols, AttnRoundUp(df, lim));
+  const bool capped = rb.softcap > 0.0f;
+  const VF cap = hn::Set(df, rb.softcap);
+  const VF inv_cap = hn::Set(df, capped ? 1.0f / rb.softcap : 0.0f);
+  const VF neg_slope = hn::Set(df, rb.neg_slope);
+  VF vmax = ninf;
+  for (std::int64_t x = x0; x < span; x += n) {
+    VF v = hn::Load(df, s + x);
+    if (capped) v = hn::Mul(cap, hn::Tanh(df, hn::Mul(v, inv_cap)));
+    if (rb.kind == FusedBias::kAlibi) {
+      v = hn::MulAdd(neg_slope, AlibiDistance(df, rb, x), v);
+    } else if (rb.kind == FusedBias::kTable) {
+      v = hn::Add(v, hn::LoadU(df, rb.window + x));
+    }
+    auto in = hn::AndNot(hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, first - x))),
+                         hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, lim - x))));
+    if (keep != nullptr) in = hn::And(in, hn::Ne(hn::LoadU(df, keep + x), hn::Zero(df)));
+    v = hn::IfThenElse(in, v, ninf);
     hn::Store(v, df, s + x);
     vmax = hn::Max(vmax, v);
   }

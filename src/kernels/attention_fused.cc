@@ -102,7 +102,8 @@ struct AttentionHeadPack {
 
 struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha, alibi_off;
-  std::vector<std::int64_t> lim;
+  std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
+  hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
   AttentionHeadPack pack;
   AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
       : row(allocate_scratch<float>(d, kWhat)),
@@ -115,7 +116,9 @@ struct AttentionWork {
         l(allocate_scratch<float>(bq, kWhat)),
         alpha(allocate_scratch<float>(bq, kWhat)),
         alibi_off(allocate_scratch<float>(bq, kWhat)),
-        lim(static_cast<std::size_t>(bq)) {}
+        lim(static_cast<std::size_t>(bq)),
+        first(static_cast<std::size_t>(bq)),
+        keep(allocate_scratch<float>(bkp, kWhat)) {}
   static constexpr const char* kWhat = "the attention's per-thread block buffers";
 };
 
@@ -125,7 +128,9 @@ struct AttentionWork {
 // head.
 struct AttentionTask {
   std::int64_t bb = 0, hh = 0, nh = 1, r0 = 0, br = 0, rows = 0;
-  std::int64_t k_base = 0, v_base = 0;      // the kv head's first element in k, v
+  Sequence sq;                              // the sequence bb: rows, keys, offsets
+  std::int64_t kvh = 0;                     // the kv head
+  std::int64_t k_base = 0, v_base = 0;      // the kv head's key 0 in k, v (dense layout)
   std::int64_t head = 0;                    // b * hk + kv head
   bool direct = false;                      // dot products over key rows in place
   bool use_pack = false;                    // the head's shared K^T / V packing
@@ -140,23 +145,52 @@ AttentionTask DescribeTask(const AttentionParams& p, const AttentionBlocking& bl
   t.bb = bb;
   t.hh = hh;
   t.nh = nh;
+  t.sq = sequence(p, bb);
   t.r0 = qb * bl.bq;
-  t.br = std::min(bl.bq, p.i - t.r0);
+  t.br = std::min(bl.bq, t.sq.i - t.r0);
   t.rows = nh * t.br;
-  const std::int64_t kvh = hh / (p.h / p.hk);
-  t.head = bb * p.hk + kvh;
-  t.k_base = bb * p.k_stride[0] + kvh * p.k_stride[1];
-  t.v_base = bb * p.v_stride[0] + kvh * p.v_stride[1];
+  t.kvh = hh / (p.h / p.hk);
+  t.head = bb * p.hk + t.kvh;
+  const bool paged = p.key_layout == KeyLayout::kPaged;
+  t.k_base = paged ? 0 : bb * p.k_stride[0] + t.kvh * p.k_stride[1] + t.sq.k_row0 * p.k_stride[2];
+  t.v_base = paged ? 0 : bb * p.v_stride[0] + t.kvh * p.v_stride[1] + t.sq.k_row0 * p.v_stride[2];
   t.direct = t.br <= kDirectRows;
   t.use_pack = !t.direct && bl.pack_heads;
-  // ALiBi is added by the block product (not the decode path's dots).
-  t.alibi_fold = !t.direct && p.bias == FusedBias::kAlibi;
-  t.neg_slope = p.bias == FusedBias::kAlibi ? -p.slopes[hh] : 0.0f;
-  t.k_direct = p.dtype == DType::kFloat32 && p.k_stride[3] == 1;
+  // ALiBi is added by the block product (not the decode path's dots), but
+  // a soft-cap comes before the bias.
+  t.alibi_fold = !t.direct && p.bias == FusedBias::kAlibi && p.softcap == 0.0f;
+  t.neg_slope = p.bias == FusedBias::kAlibi ? -slope_of(p, bb, hh) : 0.0f;
+  t.k_direct = p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1;
   // In place only when whole vectors of a row stay inside it (the P V tile
-  // reads dp floats per value row).
-  t.v_direct = p.dtype == DType::kFloat32 && p.v_stride[3] == 1 && p.d == bl.dp;
+  // reads dp floats per value row), the rows of a block are evenly spaced
+  // (not paged) and none is masked (a masked value is never read).
+  t.v_direct = p.kv_dtype == DType::kFloat32 && p.v_stride[3] == 1 && p.d == bl.dp && !paged &&
+               p.key_mask == nullptr;
   return t;
+}
+
+// Element 0 of key c (of the task's sequence and kv head) in k (v with
+// `values`), at the dense or paged layout.
+HWY_INLINE std::int64_t KeyRowAt(const AttentionParams& p, const AttentionTask& t, std::int64_t c,
+                                 bool values) {
+  const std::int64_t* st = values ? p.v_stride : p.k_stride;
+  if (p.key_layout == KeyLayout::kPaged) {
+    const std::int64_t blk =
+        p.block_table[t.bb * p.block_table_stride[0] + c / p.block_size * p.block_table_stride[1]];
+    return blk * st[0] + t.kvh * st[1] + c % p.block_size * st[2];
+  }
+  return (values ? t.v_base : t.k_base) + c * st[2];
+}
+
+// Whether key c of the task's sequence is masked by the key mask.
+HWY_INLINE bool KeyMasked(const AttentionParams& p, const AttentionTask& t, std::int64_t c) {
+  return p.key_mask != nullptr &&
+         p.key_mask[t.bb * p.key_mask_stride[0] + c * p.key_mask_stride[1]] == 0;
+}
+
+// The position of the task's query row r.
+HWY_INLINE std::int64_t TaskPosition(const AttentionTask& t, std::int64_t r) {
+  return t.sq.q_offset + r;
 }
 
 // The task's query rows times scale into w.q, and a fresh softmax state.
@@ -166,7 +200,7 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
   for (std::int64_t x = 0; x < t.rows; ++x) {
     PackRow(p.q, p.dtype,
             t.bb * p.q_stride[0] + (t.hh + x / t.br) * p.q_stride[1] +
-                (t.r0 + x % t.br) * p.q_stride[2],
+                (t.sq.q_row0 + t.r0 + x % t.br) * p.q_stride[2],
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
     w.m[x] = kAttnNegInf;
     w.l[x] = 0.0f;
@@ -184,17 +218,36 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
   }
 }
 
-// Visible keys of each row in the block [c0, c0 + bc) into w.lim; returns
-// the most.
+// Visible keys [first, lim) of each row in the block [c0, c0 + bc) (as
+// offsets from c0; both 0 when none) into w.first, w.lim; returns the
+// largest lim.
 std::int64_t BlockLimits(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                          std::int64_t bc, AttentionWork& w) {
   std::int64_t max_lim = 0;
   for (std::int64_t x = 0; x < t.rows; ++x) {
-    const std::int64_t lim = visible_in_block(p, query_position(p, t.r0 + x % t.br), c0, bc);
+    const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
+    std::int64_t lim = std::clamp<std::int64_t>(kr.end - c0, 0, bc);
+    std::int64_t first = std::clamp<std::int64_t>(kr.begin - c0, 0, bc);
+    if (lim <= first) lim = first = 0;
     w.lim[static_cast<std::size_t>(x)] = lim;
+    w.first[static_cast<std::size_t>(x)] = first;
     max_lim = std::max(max_lim, lim);
   }
   return max_lim;
+}
+
+// The key mask of the block [c0, c0 + bc) into w.keep (1 attend, 0 masked;
+// zeros up to a whole vector); returns whether any key is attended.
+bool BlockKeep(const AttentionParams& p, const AttentionTask& t, std::int64_t c0, std::int64_t bc,
+               std::int64_t bcp, AttentionWork& w) {
+  bool any = false;
+  for (std::int64_t c = 0; c < bc; ++c) {
+    const bool on = !KeyMasked(p, t, c0 + c);
+    w.keep[c] = on ? 1.0f : 0.0f;
+    any = any || on;
+  }
+  for (std::int64_t c = bc; c < bcp; ++c) w.keep[c] = 0.0f;
+  return any;
 }
 
 // Key rows [c0, c0 + keys) as K^T [d][ld] (zero columns up to ld) and V
@@ -204,10 +257,15 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
                   float* tmp) {
   const std::int64_t d = p.d;
   for (std::int64_t c = 0; c < keys; ++c) {
-    PackRow(p.k, p.dtype, t.k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f, tmp);
-    for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
     float* vrow = vp + c * dp;
-    PackRow(p.v, p.dtype, t.v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], d, 1.0f, vrow);
+    if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
+      for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
+      std::fill(vrow, vrow + dp, 0.0f);
+      continue;
+    }
+    PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f, tmp);
+    for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
+    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], d, 1.0f, vrow);
     for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
   }
   for (std::int64_t x = 0; x < d; ++x) {
@@ -241,11 +299,12 @@ void ScoresDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::
   const std::int64_t d = p.d;
   float* s = w.s.get();
   for (std::int64_t c = 0; c < max_lim; ++c) {
+    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
     const float* krow = w.row.get();
     if (t.k_direct) {
-      krow = static_cast<const float*>(p.k) + t.k_base + (c0 + c) * p.k_stride[2];
+      krow = static_cast<const float*>(p.k) + KeyRowAt(p, t, c0 + c, false);
     } else {
-      PackRow(p.k, p.dtype, t.k_base + (c0 + c) * p.k_stride[2], p.k_stride[3], d, 1.0f,
+      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f,
               w.row.get());
     }
     std::int64_t x = 0;
@@ -283,7 +342,7 @@ const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlock
   std::int64_t keys = max_lim;
   if (t.use_pack) {
     ld = bl.bkp;
-    keys = std::min(bl.bk, p.j - c0);
+    keys = std::min(bl.bk, t.sq.j - c0);
     kt = w.pack.kt.get() + kb * d * ld;
     vp = w.pack.v.get() + c0 * dp;
   }
@@ -293,7 +352,7 @@ const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlock
   }
   if (t.alibi_fold) {
     for (std::int64_t rr = 0; rr < t.br; ++rr) {
-      const std::int64_t qpos = query_position(p, t.r0 + rr);
+      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
       w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
     }
   }
@@ -326,9 +385,10 @@ void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::
     float* srow = w.s.get() + r * cols;
     std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
     const std::int64_t qr = t.r0 + r % t.br;
-    const RowBias rb = RowBiasOf(p, t.bb, t.hh + r / t.br, qr, query_position(p, qr), c0, lim,
+    const RowBias rb = RowBiasOf(p, t.bb, t.hh + r / t.br, qr, TaskPosition(t, qr), c0, lim,
                                  /*alibi_from_first_key=*/true, t.alibi_fold);
-    const float row_max = BiasMaskMax(df, rb, cols, lim, srow);
+    const float row_max = BiasMaskMax(df, rb, cols, lim, srow, w.first[static_cast<std::size_t>(r)],
+                                      p.key_mask != nullptr ? w.keep.get() : nullptr);
     w.alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max, w.m[r], w.l[r]);
   }
 }
@@ -341,26 +401,39 @@ template <int RB, int VW>
 HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float* s,
                         std::int64_t ldp, const float* vp, std::int64_t ldv, std::int64_t dp) {
   float* o = w.o.get();
+  const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
+  const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
+  // Row rr's keys [from, to), added to its accumulator.
+  const auto add_keys = [&](std::int64_t rr, std::int64_t from, std::int64_t to) {
+    if (to <= from) return;
+    MulAddRowsOf<1, VW>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
+                        TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
+  };
   std::int64_t r = 0;
   for (; r + RB <= rows; r += RB) {
-    std::int64_t common = w.lim[static_cast<std::size_t>(r)];
+    // The keys all RB rows see, [begin, end), then each row's own others.
+    std::int64_t begin = first(r), end = lim(r);
     for (int u = 1; u < RB; ++u) {
-      common = std::min(common, w.lim[static_cast<std::size_t>(r + u)]);
+      begin = std::max(begin, first(r + u));
+      end = std::min(end, lim(r + u));
     }
-    MulAddRowsOf<RB, VW>(df, s + r * ldp, ldp, 1, vp, ldv, common, TileInit::kScale,
-                         w.alpha.get() + r, o + r * dp, dp, dp);
+    if (end < begin) end = begin;
+    MulAddRowsOf<RB, VW>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
+                         TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
     for (int u = 0; u < RB; ++u) {
       const std::int64_t rr = r + u;
-      const std::int64_t extra = w.lim[static_cast<std::size_t>(rr)] - common;
-      if (extra > 0) {
-        MulAddRowsOf<1, VW>(df, s + rr * ldp + common, ldp, 1, vp + common * ldv, ldv, extra,
-                            TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
+      if (end > begin) {
+        add_keys(rr, first(rr), begin);
+        add_keys(rr, end, lim(rr));
+      } else {
+        add_keys(rr, first(rr), lim(rr));
       }
     }
   }
   for (; r < rows; ++r) {
-    MulAddRowsOf<1, VW>(df, s + r * ldp, ldp, 1, vp, ldv, w.lim[static_cast<std::size_t>(r)],
-                        TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
+    MulAddRowsOf<1, VW>(df, s + r * ldp + first(r), ldp, 1, vp + first(r) * ldv, ldv,
+                        lim(r) - first(r), TileInit::kScale, w.alpha.get() + r, o + r * dp, dp,
+                        dp);
   }
 }
 
@@ -373,13 +446,17 @@ void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::
                   std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
   if (t.v_direct) {
     PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                              static_cast<const float*>(p.v) + t.v_base + c0 * p.v_stride[2],
+                              static_cast<const float*>(p.v) + KeyRowAt(p, t, c0, true),
                               p.v_stride[2], dp);
     return;
   }
   for (std::int64_t c = 0; c < max_lim; ++c) {
     float* vrow = w.v.get() + c * dp;
-    PackRow(p.v, p.dtype, t.v_base + (c0 + c) * p.v_stride[2], p.v_stride[3], p.d, 1.0f, vrow);
+    if (KeyMasked(p, t, c0 + c)) {  // never read
+      std::fill(vrow, vrow + dp, 0.0f);
+      continue;
+    }
+    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], p.d, 1.0f, vrow);
     for (std::int64_t x = p.d; x < dp; ++x) vrow[x] = 0.0f;
   }
   PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols, w.v.get(), dp, dp);
@@ -393,8 +470,11 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
   StartTask(p, bl, t, w);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t c0 = kb * bl.bk;
-    const std::int64_t max_lim = BlockLimits(p, t, c0, std::min(bl.bk, p.j - c0), w);
+    const std::int64_t bc = std::min(bl.bk, t.sq.j - c0);
+    const std::int64_t max_lim = BlockLimits(p, t, c0, bc, w);
     if (max_lim == 0) continue;
+    // A block whose keys are all masked is skipped.
+    if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) continue;
     const std::int64_t cols = AttnRoundUp(df, max_lim);
     if (t.direct) {
       ScoresDirect(df, p, t, c0, max_lim, cols, w);
@@ -411,17 +491,19 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
 // log-sum-exp of a row from its softmax state (max m, sum l of exp(s - m)).
 // ALiBi rows before the first key (qpos < 0) were scored from the first
 // key's anchor (AlibiAnchor): add back the constant slope * qpos.
-float AttentionRowLse(const AttentionParams& p, std::int64_t hh, std::int64_t r, float m, float l) {
+float AttentionRowLse(const AttentionParams& p, std::int64_t s, std::int64_t hh, std::int64_t qpos,
+                      float m, float l) {
   if (std::isnan(l)) return l;
   if (l == 0.0f || m == kAttnNegInf) return kAttnNegInf;
   float lse = m + std::log(l);
-  const std::int64_t qpos = query_position(p, r);
-  if (p.bias == FusedBias::kAlibi && qpos < 0) lse += p.slopes[hh] * static_cast<float>(qpos);
+  if (p.bias == FusedBias::kAlibi && qpos < 0) {
+    lse += slope_of(p, s, hh) * static_cast<float>(qpos);
+  }
   return lse;
 }
 
 AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
-                               std::int64_t splits, int threads) {
+                               std::int64_t splits, std::int64_t base_tasks_hg1, int threads) {
   const DF df;
   AttentionBlocking bl;
   bl.dp = AttnRoundUp(df, p.d);
@@ -443,7 +525,7 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
       }
     }
   }
-  const std::int64_t base_tasks = p.b * (p.h / bl.hg) * bl.nqb;
+  const std::int64_t base_tasks = base_tasks_hg1 / bl.hg;
   if (splits <= 0) {
     splits = 1;
     if (base_tasks < threads && bl.nkb >= 2) {
@@ -459,23 +541,85 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   return bl;
 }
 
-// Where row x of a task (head slot `slot` = batch x group of hg query
-// heads, first query row r0, br rows per head) goes in out / lse: [b, h, i]
-// row-major.
-std::int64_t OutputRow(const AttentionParams& p, const AttentionBlocking& bl, std::int64_t slot,
-                       std::int64_t r0, std::int64_t br, std::int64_t x) {
-  const std::int64_t bb = slot / (p.h / bl.hg);
-  const std::int64_t hh = slot % (p.h / bl.hg) * bl.hg + x / br;
-  return (bb * p.h + hh) * p.i + r0 + x % br;
+// One unit of work before the key split: a sequence, a group of hg query
+// heads (slot), a query block; and its key blocks.
+struct AttentionTaskRef {
+  std::int64_t s = 0, slot = 0, qb = 0;
+  BlockRange kbs;
+  double cost = 0.0;
+};
+
+// The key blocks that rows [r0, r0 + br) of sequence sq visit: from the
+// first row's first visible key to the last row's last (visible ranges
+// only move forwards with the position), so blocks outside a causal or
+// window band are never touched.
+BlockRange TaskKeyBlocks(const AttentionParams& p, const Sequence& sq, std::int64_t r0,
+                         std::int64_t br, std::int64_t bk) {
+  const KeyRange first = visible_keys(p, sq.j, sq.q_offset + r0);
+  const KeyRange last = visible_keys(p, sq.j, sq.q_offset + r0 + br - 1);
+  if (last.end <= first.begin) return {0, 0};
+  return {first.begin / bk, (last.end + bk - 1) / bk};
+}
+
+// Every task of the call. Dense calls: head-major, the largest (last)
+// query blocks of a head first, so a thread's consecutive tasks share the
+// head's packed keys. Ragged calls (varlen, KV cache): longest first, so
+// the long sequences start at once and the short ones fill in (no barrier
+// per sequence); a sequence without rows has no task.
+std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const AttentionBlocking& bl) {
+  std::vector<AttentionTaskRef> list;
+  const std::int64_t slots = p.h / bl.hg;
+  for (std::int64_t s = 0; s < p.b; ++s) {
+    const Sequence sq = sequence(p, s);
+    const std::int64_t nqb = (sq.i + bl.bq - 1) / bl.bq;
+    for (std::int64_t slot = 0; slot < slots; ++slot) {
+      for (std::int64_t q = 0; q < nqb; ++q) {
+        AttentionTaskRef t;
+        t.s = s;
+        t.slot = slot;
+        t.qb = nqb - 1 - q;
+        const std::int64_t r0 = t.qb * bl.bq;
+        const std::int64_t br = std::min(bl.bq, sq.i - r0);
+        t.kbs = TaskKeyBlocks(p, sq, r0, br, bl.bk);
+        t.cost = static_cast<double>(br) * static_cast<double>(t.kbs.end - t.kbs.begin + 1);
+        list.push_back(t);
+      }
+    }
+  }
+  if (p.cu_q != nullptr || p.seqlen_k != nullptr) {
+    std::stable_sort(list.begin(), list.end(), [](const AttentionTaskRef& a,
+                                                  const AttentionTaskRef& b) {
+      return a.cost > b.cost;
+    });
+  }
+  return list;
+}
+
+// Where row x of a task goes: out and lse offsets.
+struct AttentionRowPlace {
+  std::int64_t s, hh, r, out, lse;
+};
+
+AttentionRowPlace RowPlace(const AttentionParams& p, const AttentionTask& t, std::int64_t x) {
+  AttentionRowPlace at;
+  at.s = t.bb;
+  at.hh = t.hh + x / t.br;
+  at.r = t.r0 + x % t.br;
+  const std::int64_t row = t.sq.q_row0 + at.r;
+  at.out = at.s * p.out_stride[0] + at.hh * p.out_stride[1] + row * p.out_stride[2];
+  at.lse = at.s * p.lse_stride[0] + at.hh * p.lse_stride[1] + row * p.lse_stride[2];
+  return at;
 }
 
 // Normalises and stores one finished row (float32 accumulator o, softmax
-// state m, l) as output row `row`.
-void StoreOutputRow(const AttentionParams& p, std::int64_t row, float* o, float m, float l) {
+// state m, l).
+void StoreOutputRow(const AttentionParams& p, const AttentionTask& t, std::int64_t x, float* o,
+                    float m, float l) {
+  const AttentionRowPlace at = RowPlace(p, t, x);
   if (l == 0.0f) std::fill(o, o + p.d, 0.0f);  // no visible key
   store_floats_at(o, static_cast<std::size_t>(p.d), l == 0.0f ? 0.0f : 1.0f / l, p.dtype, p.out,
-                  static_cast<std::size_t>(row * p.d));
-  if (p.lse) p.lse[row] = AttentionRowLse(p, row / p.i % p.h, row % p.i, m, l);
+                  static_cast<std::size_t>(at.out));
+  if (p.lse) p.lse[at.lse] = AttentionRowLse(p, at.s, at.hh, TaskPosition(t, at.r), m, l);
 }
 
 // Split partial states: [tasks][rows_per_task] m and l, and O with dp
@@ -484,22 +628,26 @@ struct AttentionSplitParts {
   std::vector<float> m, l, o;
 };
 
+AttentionTask TaskOf(const AttentionParams& p, const AttentionBlocking& bl,
+                     const AttentionTaskRef& ref) {
+  return DescribeTask(p, bl, ref.s, ref.slot * bl.hg, bl.hg, ref.qb);
+}
+
 // Merges the key splits of every row: M = max m_s, L = sum l_s e^(m_s - M),
 // O = sum O_s e^(m_s - M) / L.
 void MergeSplits(const AttentionParams& p, const AttentionBlocking& bl,
-                 const AttentionSplitParts& parts, bool parallel) {
+                 const std::vector<AttentionTaskRef>& list, const AttentionSplitParts& parts,
+                 bool parallel) {
   const std::int64_t rows_per_task = bl.hg * bl.bq;
-  const std::int64_t base_tasks = p.b * (p.h / bl.hg) * bl.nqb;
+  const auto base_tasks = static_cast<std::int64_t>(list.size());
   const std::int64_t dp = bl.dp;
 #pragma omp parallel if (parallel)
   {
     std::vector<float> acc(static_cast<std::size_t>(dp));
 #pragma omp for schedule(static)
     for (std::int64_t bt = 0; bt < base_tasks; ++bt) {
-      const std::int64_t slot = bt / bl.nqb;
-      const std::int64_t r0 = (bl.nqb - 1 - bt % bl.nqb) * bl.bq;
-      const std::int64_t br = std::min(bl.bq, p.i - r0);
-      for (std::int64_t x = 0; x < bl.hg * br; ++x) {
+      const AttentionTask t = TaskOf(p, bl, list[static_cast<std::size_t>(bt)]);
+      for (std::int64_t x = 0; x < t.rows; ++x) {
         const auto part = [&](std::int64_t sp) {
           return static_cast<std::size_t>((bt * bl.splits + sp) * rows_per_task + x);
         };
@@ -521,10 +669,7 @@ void MergeSplits(const AttentionParams& p, const AttentionBlocking& bl,
             for (std::int64_t y = 0; y < p.d; ++y) acc[static_cast<std::size_t>(y)] += f * po[y];
           }
         }
-        const std::int64_t row = OutputRow(p, bl, slot, r0, br, x);
-        store_floats_at(acc.data(), static_cast<std::size_t>(p.d), l == 0.0f ? 0.0f : 1.0f / l,
-                        p.dtype, p.out, static_cast<std::size_t>(row * p.d));
-        if (p.lse) p.lse[row] = AttentionRowLse(p, row / p.i % p.h, r0 + x % br, mx, l);
+        StoreOutputRow(p, t, x, acc.data(), mx, l);
       }
     }
   }
@@ -532,22 +677,16 @@ void MergeSplits(const AttentionParams& p, const AttentionBlocking& bl,
 
 // One task of Run: its key blocks, then its rows stored (or its partial
 // state kept for the merge of a key split).
-void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl, std::int64_t task,
+void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
+                const std::vector<AttentionTaskRef>& list, std::int64_t task,
                 AttentionSplitParts& parts, AttentionWork& w) {
   const std::int64_t rows_per_task = bl.hg * bl.bq;
-  // Head-major, so that a thread's consecutive tasks share the head's
-  // packed keys; within a head the largest (last) query blocks first,
-  // since causal work grows with the block.
   const std::int64_t split = task % bl.splits;
-  const std::int64_t rest = task / bl.splits;
-  const std::int64_t slot = rest / bl.nqb;
-  const std::int64_t qb = bl.nqb - 1 - rest % bl.nqb;
-  const AttentionTask t =
-      DescribeTask(p, bl, slot / (p.h / bl.hg), slot % (p.h / bl.hg) * bl.hg, bl.hg, qb);
-  const BlockRange kbs = key_blocks_of_rows(p, t.r0, t.br, bl.bk, bl.nkb);
-  const std::int64_t span = kbs.end - kbs.begin;
-  RunTask(p, bl, t, kbs.begin + span * split / bl.splits,
-          kbs.begin + span * (split + 1) / bl.splits, w);
+  const AttentionTaskRef& ref = list[static_cast<std::size_t>(task / bl.splits)];
+  const AttentionTask t = TaskOf(p, bl, ref);
+  const std::int64_t span = ref.kbs.end - ref.kbs.begin;
+  RunTask(p, bl, t, ref.kbs.begin + span * split / bl.splits,
+          ref.kbs.begin + span * (split + 1) / bl.splits, w);
   if (bl.splits > 1) {
     const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
     std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));
@@ -558,8 +697,7 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl, std::int6
     return;
   }
   for (std::int64_t x = 0; x < t.rows; ++x) {
-    StoreOutputRow(p, OutputRow(p, bl, slot, t.r0, t.br, x), w.o.get() + x * bl.dp, w.m[x],
-                   w.l[x]);
+    StoreOutputRow(p, t, x, w.o.get() + x * bl.dp, w.m[x], w.l[x]);
   }
 }
 
@@ -567,10 +705,14 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
          std::int64_t splits) {
   if (p.b == 0 || p.h == 0 || p.i == 0) return;
   const int threads = omp_get_max_threads();
-  const AttentionBlocking bl = PlanBlocking(p, block_q, block_k, splits, threads);
+  // Tasks with one query head each, for the split decision.
+  std::int64_t units = 0;
+  const std::int64_t bq0 = std::min(block_q, p.i);
+  for (std::int64_t s = 0; s < p.b; ++s) units += (sequence(p, s).i + bq0 - 1) / bq0 * p.h;
+  const AttentionBlocking bl = PlanBlocking(p, block_q, block_k, splits, units, threads);
+  const std::vector<AttentionTaskRef> list = ListTasks(p, bl);
   const std::int64_t rows_per_task = bl.hg * bl.bq;
-  const std::int64_t head_slots = p.b * (p.h / bl.hg);  // (batch, group of hg query heads)
-  const std::int64_t tasks = head_slots * bl.nqb * bl.splits;
+  const std::int64_t tasks = static_cast<std::int64_t>(list.size()) * bl.splits;
   AttentionSplitParts parts;
   if (bl.splits > 1) {
     const char* what = "the attention's key-split partial states";
@@ -578,9 +720,9 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
     resize_scratch(parts.l, tasks * rows_per_task, what, 0.0f);
     resize_scratch(parts.o, tasks * rows_per_task * bl.dp, what, 0.0f);
   }
-  const double flops = static_cast<double>(p.b * p.h) * static_cast<double>(p.i) *
-                       static_cast<double>(std::max<std::int64_t>(p.j, 1)) *
-                       static_cast<double>(p.d);
+  double flops = 0.0;
+  for (const AttentionTaskRef& t : list) flops += t.cost;
+  flops *= static_cast<double>(bl.bk) * static_cast<double>(bl.hg) * static_cast<double>(p.d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
 
   // An allocation that fails on a thread is rethrown after the region (an
@@ -593,11 +735,11 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       if (errors.failed()) continue;
-      errors.run([&] { RunOneTask(p, bl, task, parts, *work); });
+      errors.run([&] { RunOneTask(p, bl, list, task, parts, *work); });
     }
   }
   errors.rethrow();
-  if (bl.splits > 1) MergeSplits(p, bl, parts, parallel);
+  if (bl.splits > 1) MergeSplits(p, bl, list, parts, parallel);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

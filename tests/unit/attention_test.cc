@@ -334,6 +334,8 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
           p.v_stride[x] = in.v.strides()[x];
         }
         p.b = c.b, p.h = c.h, p.hk = c.hk, p.i = c.i, p.j = c.j, p.d = c.d;
+        const std::int64_t out_stride[4] = {c.h * c.i * c.d, c.i * c.d, c.d, 1};
+        std::copy_n(out_stride, 4, p.out_stride);
         p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
         p.causal = causal;
         p.q_offset = c.j - c.i;
