@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -17,12 +18,12 @@
 #include <vector>
 
 #include "attention_inputs.h"
-#include "posbias/limits.h"
-#include "posbias/limits.h"
+#include "attention_run.h"
 #include "commands.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/dtype.h"
+#include "posbias/limits.h"
 #include "posbias/safetensors.h"
 #include "posbias/slopes.h"
 #include "posbias/t5.h"
@@ -30,110 +31,6 @@
 
 namespace posbias::cli {
 namespace {
-
-struct AttentionArgs {
-  std::optional<std::int64_t> batch;
-  std::optional<std::int64_t> heads;
-  std::optional<std::int64_t> kv_heads;
-  std::optional<std::int64_t> i;
-  std::optional<std::int64_t> j;
-  std::optional<std::int64_t> d;
-  bool causal = false;
-  std::optional<float> scale;
-  std::string bias = "none";
-  std::string table_from = "dpb";
-  std::vector<float> slopes;
-  CLI::Option* slopes_option = nullptr;
-  CLI::Option* table_from_option = nullptr;
-  CLI::Option* dtype_option = nullptr;
-  std::string seed = "0";
-  std::string dtype = "float32";
-  std::string format = "summary";
-  std::string inputs;
-  bool check = false;
-};
-
-// The DynamicPositionBias width used for --bias table --table-from dpb.
-constexpr std::int64_t kDpbDim = 16;
-
-std::string shape_list(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t x = 0; x < shape.size(); ++x) s += (x ? ", " : "") + std::to_string(shape[x]);
-  return s + "]";
-}
-
-std::string number(double v, const char* format = "%.9g") {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-// The relative part of the --check tolerance: the kernels' 1e-4, plus for a
-// 16-bit output one unit in the last place of |reference| (fused and
-// reference agree in float32, then each rounds once to the output dtype).
-double check_rtol(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return 1e-4 + 0x1.0p-7;
-    case DType::kFloat16:
-      return 1e-4 + 0x1.0p-10;
-    default:  // float32 (the only other dtype attention outputs)
-      break;
-  }
-  return 1e-4;
-}
-constexpr double kCheckAtol = 1e-5;
-
-struct CheckResult {
-  double max_abs_diff = 0.0;
-  std::int64_t outside = 0;  // elements outside the tolerance (NaN mismatches count)
-  std::int64_t first = -1;   // flat index of the first of them
-};
-
-CheckResult compare_outputs(const Tensor& fused, const Tensor& reference) {
-  const std::vector<float> a = fused.to_float_vector();
-  const std::vector<float> b = reference.to_float_vector();
-  const double rtol = check_rtol(reference.dtype());
-  CheckResult r;
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    const double x = a[k];
-    const double y = b[k];
-    bool ok = false;
-    if (std::isnan(x) || std::isnan(y)) {
-      ok = std::isnan(x) && std::isnan(y);
-    } else if (!std::isfinite(x) || !std::isfinite(y)) {
-      ok = x == y;
-    } else {
-      const double diff = std::fabs(x - y);
-      r.max_abs_diff = std::max(r.max_abs_diff, diff);
-      ok = diff <= kCheckAtol + rtol * std::fabs(y);
-    }
-    if (!ok) {
-      if (r.outside == 0) r.first = static_cast<std::int64_t>(k);
-      ++r.outside;
-    }
-  }
-  return r;
-}
-
-std::string check_line(const CheckResult& r, const Tensor& fused, const Tensor& reference) {
-  std::string s = "max |fused - reference| " + number(r.max_abs_diff, "%.3g") + ", tolerance " +
-                  number(kCheckAtol, "%g") + " + " + number(check_rtol(reference.dtype()), "%.6g") +
-                  " |reference|";
-  if (r.outside == 0) return "ok, " + s;
-  const std::vector<float> a = fused.to_float_vector();
-  const std::vector<float> b = reference.to_float_vector();
-  const auto k = static_cast<std::size_t>(r.first);
-  return "FAILED, " + s + ": " + std::to_string(r.outside) + " of " + std::to_string(a.size()) +
-         " elements outside it, the first at flat index " + std::to_string(r.first) + ": fused " +
-         format_float_roundtrip(a[k]) + ", reference " + format_float_roundtrip(b[k]);
-}
-
-void require_nonnegative(const char* name, std::int64_t value) {
-  if (value < 0) {
-    throw std::invalid_argument(std::string(name) + " must be >= 0, got " + std::to_string(value));
-  }
-}
 
 // "q [b, h, i, d], k [...], v [...]", as the library's messages name them.
 std::string shapes_text(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
@@ -201,47 +98,29 @@ GivenInputs load_inputs(const AttentionArgs& a) {
   return in;
 }
 
-// The bias of --bias none|alibi|table (dense is built with the inputs).
-AttentionBias make_bias(const AttentionArgs& a, std::int64_t h, std::int64_t j,
-                        std::uint64_t seed) {
-  if (a.bias == "alibi") {
-    return AttentionBias::alibi(a.slopes_option->count() > 0 ? a.slopes : alibi_slopes(h));
-  }
-  if (a.bias == "table") {
-    if (j == 0) return AttentionBias::distance_table(Tensor::empty({h, 0}, DType::kFloat32));
-    if (a.table_from == "t5") {
-      return AttentionBias::distance_table(
-          RelativePositionBias(1.0f, a.causal, 32, 128, h, seed).distance_table(j));
-    }
-    return AttentionBias::distance_table(DynamicPositionBias(kDpbDim, h, seed).distance_table(j));
-  }
-  return AttentionBias::none();
-}
-
 std::string shape_text_summary(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t i,
                                std::int64_t j, std::int64_t d) {
   return "b " + std::to_string(b) + ", h " + std::to_string(h) + ", hk " + std::to_string(hk) +
          ", i " + std::to_string(i) + ", j " + std::to_string(j) + ", d " + std::to_string(d);
 }
 
-// Saturating arithmetic for byte counts: a sum or product past uint64
-// becomes kSaturated, which exceeds any machine's memory.
-constexpr std::uint64_t kSaturated = ~std::uint64_t{0};
-
-std::uint64_t times(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r = 0;
-  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
-}
-
-std::uint64_t plus(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r = 0;
-  return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
-}
-
-std::uint64_t product(std::initializer_list<std::int64_t> extents) {
-  std::uint64_t n = 1;
-  for (std::int64_t e : extents) n = times(n, static_cast<std::uint64_t>(e));
-  return n;
+// The length a distance table needs for i queries at q_offset.. against j
+// keys: every |q_pos - k_pos| + 1 (0 without keys), saturated at int64's
+// largest value (the memory check then refuses it).
+std::int64_t table_length(std::int64_t i, std::int64_t j, std::int64_t q_offset) {
+  if (j == 0) return 0;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  // Row 0 against the last key, the last row against key 0; |x| + 1 each.
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  if (__builtin_sub_overflow(q_offset, j - 1, &first) ||
+      __builtin_add_overflow(q_offset, i > 0 ? i - 1 : 0, &last)) {
+    return kMax;
+  }
+  const auto reach = [](std::int64_t x) {
+    return x == std::numeric_limits<std::int64_t>::min() || x == kMax ? kMax : (x < 0 ? -x : x) + 1;
+  };
+  return std::max(reach(first), reach(last));
 }
 
 // The library refuses one tensor larger than the machine's memory, but the
@@ -251,55 +130,97 @@ std::uint64_t product(std::initializer_list<std::int64_t> extents) {
 // 8 TB of k and v were refused), rather than be killed by the OOM killer
 // while building them. Counted, by overflow-checked (saturating) integer
 // arithmetic on the non-negative extents: q, k, v and the dense bias in
-// float32, their 16-bit copies, the distance table [h, 2j - 1] float32, the
+// float32, their 16-bit copies, the distance table [h, 2L - 1] float32, the
 // output and, with --check, the reference's float32 copies and output.
-void check_total_memory(const AttentionShape& s, const std::string& bias, DType dtype, bool check) {
+void check_total_memory(const AttentionShape& s, const std::string& bias, DType dtype, bool check,
+                        std::int64_t table_len) {
   const bool dense = bias == "dense";
   const bool table = bias == "table";
   const std::uint64_t qn = product({s.b, s.h, s.i, s.d});
   const std::uint64_t kn = product({s.b, s.hk, s.j, s.d});
   const std::uint64_t dn = dense ? product({s.h, s.i, s.j}) : 0;
-  // [h, 2j - 1] (no table for j = 0), in uint64: 2j - 1 fits for any int64 j.
-  const std::uint64_t table_columns = s.j > 0 ? 2 * static_cast<std::uint64_t>(s.j) - 1 : 0;
+  // [h, 2L - 1] (no table for L = 0), in uint64: 2L - 1 fits for any int64 L.
+  const std::uint64_t table_columns =
+      table_len > 0 ? 2 * static_cast<std::uint64_t>(table_len) - 1 : 0;
   const std::uint64_t tn = table ? times(static_cast<std::uint64_t>(s.h), table_columns) : 0;
   const std::uint64_t size = dtype_size(dtype);
   const std::uint64_t float32_elements = plus(plus(qn, times(2, kn)), plus(dn, tn));
   std::uint64_t bytes = plus(times(4, float32_elements), times(size, qn));
   if (dtype != DType::kFloat32) bytes = plus(bytes, times(size, plus(qn, times(2, kn))));
   if (check) bytes = plus(bytes, plus(times(4, plus(times(2, qn), times(2, kn))), times(size, qn)));
-  const std::uint64_t memory = posbias::physical_memory_bytes();
-  if (memory == 0 || bytes <= memory) return;
-  throw std::length_error(
-      "attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
-      shape_list({s.b, s.hk, s.j, s.d}) +
-      (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) +
-      (table
-           ? ", distance table [" + std::to_string(s.h) + ", " + std::to_string(table_columns) + "]"
-           : std::string()) +
-      " (" + dtype_name(dtype) + (check ? ", --check" : "") + ") needs " +
-      (bytes == kSaturated ? std::string("more than 1.8e+19")
-                           : "about " + number(static_cast<double>(bytes), "%.4g")) +
-      " bytes, more than this machine's " + number(static_cast<double>(memory), "%.4g") +
-      " bytes of memory");
+  check_memory("attention with q " + shape_list({s.b, s.h, s.i, s.d}) + ", k and v " +
+                   shape_list({s.b, s.hk, s.j, s.d}) +
+                   (dense ? ", dense bias " + shape_list({1, s.h, s.i, s.j}) : std::string()) +
+                   (table ? ", distance table [" + std::to_string(s.h) + ", " +
+                                std::to_string(table_columns) + "]"
+                          : std::string()) +
+                   " (" + dtype_name(dtype) + (check ? ", --check" : "") + ")",
+               bytes);
+}
+
+// --key-mask: b valid lengths in [0, j] as a uint8 [b, j] mask, the valid keys
+// first (right padding) or, with --left-pad, last.
+Tensor key_mask_from_lengths(const AttentionArgs& a, std::int64_t b, std::int64_t j) {
+  if (static_cast<std::int64_t>(a.key_mask.size()) != b) {
+    throw std::invalid_argument(
+        "--key-mask needs one valid length per sequence (b = " + std::to_string(b) + "), got " +
+        std::to_string(a.key_mask.size()) + ": " + int_list(a.key_mask));
+  }
+  for (std::int64_t n : a.key_mask) {
+    if (n < 0 || n > j) {
+      throw std::invalid_argument("--key-mask: length " + std::to_string(n) +
+                                  " is outside [0, j] = [0, " + std::to_string(j) + "]");
+    }
+  }
+  Tensor mask = Tensor::empty({b, j}, DType::kUInt8);
+  auto* m = mask.mutable_data<std::uint8_t>();
+  for (std::int64_t s = 0; s < b; ++s) {
+    const std::int64_t n = a.key_mask[static_cast<std::size_t>(s)];
+    for (std::int64_t c = 0; c < j; ++c) {
+      m[s * j + c] = static_cast<std::uint8_t>(a.left_pad ? c >= j - n : c < n);
+    }
+  }
+  return mask;
+}
+
+// Options of the packed and KV-cache forms given to a dense run.
+void refuse_batch_options(const AttentionArgs& a) {
+  if (!a.seqlens_k.empty()) throw std::invalid_argument("--seqlens-k needs --seqlens");
+  if (a.paged) throw std::invalid_argument("--paged needs --cache-seqlens");
+  if (a.block_size) throw std::invalid_argument("--block-size needs --paged and --cache-seqlens");
+  if (a.left_pad && a.key_mask.empty()) throw std::invalid_argument("--left-pad needs --key-mask");
 }
 
 int run_attention(const AttentionArgs& a, std::ostream& out) {
   if (a.slopes_option->count() > 0 && a.bias != "alibi") {
     throw std::invalid_argument("--slopes is an option of --bias alibi, got --bias " + a.bias);
   }
+  if (a.slopes_per_sequence && a.bias != "alibi") {
+    throw std::invalid_argument("--slopes-per-sequence is an option of --bias alibi, got --bias " +
+                                a.bias);
+  }
   if (a.table_from_option->count() > 0 && a.bias != "table") {
     throw std::invalid_argument("--table-from is an option of --bias table, got --bias " + a.bias);
   }
+  if (!a.seqlens.empty()) return run_attention_varlen(a, out);
+  if (!a.cache_seqlens.empty()) return run_attention_kvcache(a, out);
+  refuse_batch_options(a);
   const DType dtype = parse_dtype(a.dtype);
   const std::uint64_t seed = parse_seed(a.seed);
-  AttentionOptions options;
-  options.causal = a.causal;
-  options.scale = a.scale;
+  AttentionOptions options = make_options(a);
 
   Tensor q, k, v;
   AttentionBias bias;
   if (!a.inputs.empty()) {
     GivenInputs in = load_inputs(a);
+    if (a.kv_dtype_option->count() > 0) {
+      in.k = in.k.to(kv_dtype_of(a, in.k.dtype()));
+      in.v = in.v.to(kv_dtype_of(a, in.v.dtype()));
+    }
+    if (!a.key_mask.empty())
+      options.key_mask = key_mask_from_lengths(a, in.q.size(0), in.k.size(2));
+    const std::int64_t length = table_length(
+        in.q.size(2), in.k.size(2), options.q_offset.value_or(in.k.size(2) - in.q.size(2)));
     if (a.bias == "table") {
       // The table is built from the file's lengths: the inputs' own checks
       // (d = 0, ...) and the memory of the run first.
@@ -311,10 +232,10 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
       s.i = in.q.size(2);
       s.j = in.k.size(2);
       s.d = in.q.size(3);
-      check_total_memory(s, a.bias, in.q.dtype(), a.check);
+      check_total_memory(s, a.bias, in.q.dtype(), a.check, length);
     }
     bias = a.bias == "dense" ? AttentionBias::dense_bias(in.dense)
-                             : make_bias(a, in.q.size(1), in.k.size(2), seed);
+                             : make_bias(a, in.q.size(1), in.q.size(0), length, seed);
     q = in.q;
     k = in.k;
     v = in.v;
@@ -336,39 +257,48 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
     require_nonnegative("-i", s.i);
     require_nonnegative("-j", s.j);
     require_nonnegative("-d", s.d);
+    const DType kv_dtype = kv_dtype_of(a, dtype);
+    if (!a.key_mask.empty()) options.key_mask = key_mask_from_lengths(a, s.b, s.j);
+    const std::int64_t length = table_length(s.i, s.j, options.q_offset.value_or(s.j - s.i));
     // Every argument check of the library, on empty (b = 0) tensors, before
     // anything large is allocated or drawn: first with every bias but the
     // distance table (alibi slopes are at most kMaxHeads floats; a dense
     // bias is probed empty), then, once the memory of the whole run is
-    // known to fit, with the table built.
+    // known to fit, with the table built. A key mask is probed empty too.
     const Tensor q0 = Tensor::empty({0, s.h, s.i, s.d}, dtype);
-    const Tensor kv0 = Tensor::empty({0, s.hk, s.j, s.d}, dtype);
+    const Tensor kv0 = Tensor::empty({0, s.hk, s.j, s.d}, kv_dtype);
+    AttentionOptions probe_options = options;
+    if (!a.key_mask.empty()) probe_options.key_mask = Tensor::empty({0, s.j}, DType::kUInt8);
     const auto probe = [&](const AttentionBias& probe_bias) {
       try {
-        attention_forward(q0, kv0, kv0, probe_bias, options);
+        attention_forward(q0, kv0, kv0, probe_bias, probe_options);
       } catch (const std::invalid_argument& e) {
         throw_with_shapes(
             e, shapes_text({s.b, s.h, s.i, s.d}, {s.b, s.hk, s.j, s.d}, {s.b, s.hk, s.j, s.d}));
       }
     };
+    const bool per_sequence = a.slopes_per_sequence || a.bias == "table";
     if (a.bias == "dense") {
       probe(AttentionBias::dense_bias(Tensor::empty({0, s.h, s.i, s.j}, DType::kFloat32)));
-    } else if (a.bias != "table") {
-      bias = make_bias(a, s.h, s.j, seed);
+    } else if (!per_sequence) {
+      bias = make_bias(a, s.h, s.b, length, seed);
       probe(bias);
     } else {
       probe(AttentionBias::none());
     }
-    check_total_memory(s, a.bias, dtype, a.check);
-    if (a.bias == "table") {
-      bias = make_bias(a, s.h, s.j, seed);
-      probe(bias);
+    check_total_memory(s, a.bias, dtype, a.check, length);
+    if (per_sequence) {
+      // A table, or slopes per sequence (b * h floats, within the memory
+      // just checked): the probe's b = 0 would refuse b * h slopes, so they
+      // are checked with the inputs.
+      bias = make_bias(a, s.h, s.b, length, seed);
+      if (a.bias == "table") probe(bias);
     }
     AttentionInputs in = random_attention_inputs(s, a.bias == "dense", seed);
     if (a.bias == "dense") bias = AttentionBias::dense_bias(in.dense);
     q = dtype == DType::kFloat32 ? in.q : in.q.to(dtype);
-    k = dtype == DType::kFloat32 ? in.k : in.k.to(dtype);
-    v = dtype == DType::kFloat32 ? in.v : in.v.to(dtype);
+    k = kv_dtype == DType::kFloat32 ? in.k : in.k.to(kv_dtype);
+    v = kv_dtype == DType::kFloat32 ? in.v : in.v.to(kv_dtype);
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -381,44 +311,19 @@ int run_attention(const AttentionArgs& a, std::ostream& out) {
   }
   const auto stop = std::chrono::steady_clock::now();
   const double ms = std::chrono::duration<double, std::milli>(stop - start).count();
-
-  std::optional<std::string> check;
-  bool check_failed = false;
-  if (a.check) {
-    const Tensor reference = attention_reference(q, k, v, bias, options);
-    const CheckResult r = compare_outputs(result, reference);
-    check = check_line(r, result, reference);
-    check_failed = r.outside > 0;
+  std::optional<Tensor> reference;
+  if (a.check) reference = attention_reference(q, k, v, bias, options);
+  std::string inputs_line =
+      shape_text_summary(q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)) + "; " +
+      options_text(a, q.size(3));
+  if (options.q_offset) inputs_line += "; q_offset " + std::to_string(*options.q_offset);
+  if (!a.key_mask.empty()) {
+    inputs_line +=
+        "; key lengths " + int_list(a.key_mask) + (a.left_pad ? " (left" : " (right") + "-padded)";
   }
-
-  if (a.format != "summary") {
-    print_tensor(out, result, a.format);
-    if (check_failed) {
-      out.flush();
-      std::cerr << "posbias: check failed: " << *check << std::endl;
-    }
-    return check_failed ? 1 : 0;
-  }
-  double sum = 0.0;
-  double max_abs = 0.0;
-  for (float x : result.to_float_vector()) {
-    sum += x;
-    max_abs = std::isnan(x) ? x : std::max(max_abs, static_cast<double>(std::fabs(x)));
-  }
-  const float scale =
-      options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(q.size(3)));
-  out << "attention_forward: out " << shape_list(result.shape()) << " "
-      << dtype_name(result.dtype()) << "\n"
-      << "inputs: "
-      << shape_text_summary(q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3))
-      << "; " << (a.causal ? "causal" : "not causal") << "; bias " << a.bias
-      << (a.bias == "table" ? " (" + a.table_from + ")" : "") << "; scale "
-      << format_float_roundtrip(scale) << "; "
-      << (a.inputs.empty() ? "seed " + a.seed : "from " + a.inputs) << "\n"
-      << "checksum: sum " << number(sum) << ", max |x| " << number(max_abs) << "\n"
-      << "time: " << number(ms, "%.3f") << " ms\n";
-  if (check) out << "check: " << *check << "\n";
-  return check_failed ? 1 : 0;
+  if (a.kv_dtype_option->count() > 0) inputs_line += "; k, v " + dtype_name(k.dtype());
+  inputs_line += "; " + (a.inputs.empty() ? "seed " + a.seed : "from " + a.inputs);
+  return report_attention(a, "attention_forward", result, ms, reference, inputs_line, out);
 }
 
 }  // namespace
@@ -448,7 +353,19 @@ Command add_attention_command(CLI::App& app) {
       "Examples:\n"
       "  posbias attention --heads 16 -i 2048 -j 2048 -d 64 --causal --bias alibi\n"
       "  posbias attention --heads 32 --kv-heads 8 -i 1 -j 4096 -d 128 --bias table --check\n"
-      "  posbias attention --inputs qkv.safetensors --bias alibi --format json");
+      "  posbias attention --inputs qkv.safetensors --bias alibi --format json\n"
+      "Options of issue 16 (any combination): --q-offset, --window L,R, --softcap,\n"
+      "--key-mask LENS (valid keys per sequence, right-padded, or --left-pad),\n"
+      "--slopes-per-sequence, --kv-dtype (float32 q with a 16-bit k and v).\n"
+      "Packed batch: --seqlens 100,7,... [--seqlens-k ...] runs attention_varlen_forward\n"
+      "on q [total_q, h, d], k and v [total_k, hk, d] (no -i, -j, --batch).\n"
+      "KV cache: --cache-seqlens 37,5,... runs attention_kvcache_forward with -i new\n"
+      "queries (default 1) per sequence on one slab per sequence, or with --paged\n"
+      "--block-size N on blocks handed out in a seeded random order (a block table).\n"
+      "  posbias attention --heads 8 -d 64 --seqlens 100,7,33 --causal --bias alibi --check\n"
+      "  posbias attention --heads 8 --kv-heads 2 -d 64 --cache-seqlens 37,5,300 --paged\n"
+      "    --block-size 16 --causal --bias table --kv-dtype float16 --check\n"
+      "See docs/batches.md.");
   add_int64_option(*sub, "--batch,-b", args->batch, "Batch size b (>= 0, default 1)");
   add_int64_option(*sub, "--heads", args->heads, "Query heads h (>= 0)");
   add_int64_option(*sub, "--kv-heads", args->kv_heads,
@@ -470,12 +387,48 @@ Command add_attention_command(CLI::App& app) {
       add_float_list_option(*sub, "--slopes", args->slopes,
                             "--bias alibi: one slope per query head (default alibi_slopes(h))")
           ->type_name("S1,S2,...");
+  sub->add_flag("--slopes-per-sequence", args->slopes_per_sequence,
+                "--bias alibi: slopes [b, h], one set per sequence (--slopes then takes b * h "
+                "values; default: sequence s uses alibi_slopes(h) times 1 + s / 2)");
+  add_int64_option(*sub, "--q-offset", args->q_offset,
+                   "Position of query row 0 minus that of key 0 (default j - i; dense only)");
+  add_int64_list_option(*sub, "--window", args->window,
+                        "Sliding window L,R: key c visible iff q_pos - L <= c <= q_pos + R "
+                        "(-1: unbounded side)")
+      ->type_name("L,R");
+  sub->add_option("--softcap", args->softcap,
+                  "Logit soft-capping: score = cap * tanh(scale q.k / cap) (0: off; finite, > 0)");
+  add_int64_list_option(*sub, "--key-mask", args->key_mask,
+                        "Key padding mask from b valid lengths: the first n keys of each sequence "
+                        "attend (right padding), with --left-pad the last n (dense only)")
+      ->type_name("N1,N2,...");
+  sub->add_flag("--left-pad", args->left_pad, "--key-mask: the padding is on the left");
+  add_int64_list_option(*sub, "--seqlens", args->seqlens,
+                        "A packed batch (attention_varlen_forward): the query count of each "
+                        "sequence")
+      ->type_name("N1,N2,...");
+  add_int64_list_option(*sub, "--seqlens-k", args->seqlens_k,
+                        "--seqlens: the key count of each sequence (default --seqlens)")
+      ->type_name("N1,N2,...");
+  add_int64_list_option(*sub, "--cache-seqlens", args->cache_seqlens,
+                        "A KV-cache call (attention_kvcache_forward): keys in the cache per "
+                        "sequence; -i queries each (default 1), the last -i positions")
+      ->type_name("N1,N2,...");
+  sub->add_flag("--paged", args->paged,
+                "--cache-seqlens: a paged cache (blocks of --block-size rows and a block "
+                "table) instead of one slab per sequence");
+  add_int64_option(*sub, "--block-size", args->block_size, "--paged: rows per block (>= 1)");
   add_seed_option(*sub, args->seed, "Seed of the random inputs and of the table's module");
   args->dtype_option =
       sub->add_option("--dtype", args->dtype,
                       "Dtype of q, k, v and the output: float32, bfloat16 or float16 (float32 "
                       "accumulation); with --inputs the file's dtype unless given")
           ->default_str("float32");
+  args->kv_dtype_option =
+      sub->add_option("--kv-dtype", args->kv_dtype,
+                      "Dtype of k and v (or the cache) when it differs from q's: bfloat16 or "
+                      "float16 with --dtype float32")
+          ->type_name("DTYPE");
   sub->add_option("--format", args->format,
                   "summary: shape, checksum, time; text: like print(tensor) in PyTorch; json: "
                   "{\"shape\": [...], \"data\": [...]}, every value, exact")

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "posbias/limits.h"
 #include "golden_case.h"
 #include "golden_kinds.h"
+#include "posbias/limits.h"
 
 namespace posbias::cli {
 namespace {
@@ -37,6 +37,9 @@ constexpr KindEntry kKinds[] = {
     {"dynamic_position_bias_file", golden::check_dynamic_position_bias_file},
     {"t5_bucket", golden::check_t5_bucket},
     {"attention", golden::check_attention},
+    {"attention_masked", golden::check_attention_masked},
+    {"attention_varlen", golden::check_attention_varlen},
+    {"attention_paged", golden::check_attention_paged},
 };
 
 const KindEntry* find_kind(const std::string& kind) {
@@ -163,7 +166,8 @@ GoldenReport check_golden_text(const std::string& json_text, const std::string& 
     throw GoldenFileError("not valid JSON: " + parse_error_text(e.what()));
   }
   if (!doc.is_object()) {
-    throw GoldenFileError("expected a JSON object with a \"cases\" array, got " + golden::describe(doc));
+    throw GoldenFileError("expected a JSON object with a \"cases\" array, got " +
+                          golden::describe(doc));
   }
   const auto cases = doc.find("cases");
   if (cases == doc.end() || !cases->is_array()) {

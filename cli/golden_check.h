@@ -8,11 +8,16 @@
 // Comparison: shapes exactly, values with |got - want| <= 1e-6 + 1e-5 |want|
 // (attention outputs: 1e-5 + 1e-4 |want|); T5 buckets exactly.
 //
-// Attention cases: q, k, v and the bias (none, ALiBi slopes or a distance
-// table) are built as float32 tensors and both attention_forward (the fused
-// kernel) and attention_reference (the plain path) must give `out`; a case
-// with a bias type the format does not define, or q, k, v not 4-d, is
-// malformed (failed).
+// Attention cases: q, k, v and the bias (none, ALiBi slopes [h] or [b, h],
+// or a distance table read at its centre) are built as float32 tensors and
+// both the fused path and the plain path must give `out`: attention_forward
+// and attention_reference (kinds attention and attention_masked, the latter
+// with q_offset, window, softcap and key_mask), attention_varlen_forward and
+// attention_varlen_reference (attention_varlen: packed q, k, v, cu_seqlens),
+// attention_kvcache_forward and attention_kvcache_reference (attention_paged:
+// a block table and cache_seqlens). Integer fields (key_mask, block_table)
+// must hold integers. A bias type the format does not define, or inputs of
+// the wrong rank, make the case malformed (failed).
 //
 // DynamicPositionBias cases: a zeta case's `params` are loaded by state-dict
 // name, an x-transformers case's `layers` (linear, [layernorm,] silu per

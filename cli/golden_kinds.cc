@@ -6,11 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "posbias/limits.h"
 #include "golden_case.h"
 #include "posbias/alibi.h"
-#include "posbias/attention.h"
 #include "posbias/dpb.h"
+#include "posbias/limits.h"
 #include "posbias/safetensors.h"
 #include "posbias/slopes.h"
 #include "posbias/t5.h"
@@ -301,83 +300,6 @@ std::string check_t5_bucket(const json& c, const CheckContext&) {
   return first;
 }
 
-// ------------------------------------------------------------ attention
-
-namespace {
-
-// q, k or v: a {shape, data} object of rank 4 ([b, h or hk, len, d]).
-Tensor get_attention_input(const json& c, const char* name) {
-  const std::string what = std::string("field '") + name + "'";
-  Tensor t = get_tensor(field(c, name), what);
-  if (t.dim() != 4) {
-    throw MalformedCase(what + " must have 4 dimensions [b, " +
-                        (std::string(name) == "q" ? "h, i" : "hk, j") + ", d], got shape " +
-                        shape_text(t.shape()));
-  }
-  return t;
-}
-
-// `bias`: {"type": "none"}, {"type": "alibi", "slopes": [...]} or
-// {"type": "distance_table", "table": {shape, data}} (other fields, such as
-// the file's "index" note, are ignored).
-AttentionBias get_attention_bias(const json& c) {
-  const json& bias = get_object(c, "bias");
-  try {
-    const std::string& type = get_string(bias, "type");
-    if (type == "none") return AttentionBias::none();
-    if (type == "alibi") {
-      std::vector<float> slopes;
-      for (double s : get_numbers(bias, "slopes")) slopes.push_back(static_cast<float>(s));
-      return AttentionBias::alibi(std::move(slopes));
-    }
-    if (type == "distance_table") {
-      Tensor table = get_tensor(field(bias, "table"), "field 'table'");
-      if (table.dim() != 2) {
-        throw MalformedCase("field 'table' must have 2 dimensions [h, 2j - 1], got shape " +
-                            shape_text(table.shape()));
-      }
-      return AttentionBias::distance_table(std::move(table));
-    }
-    throw MalformedCase("field 'type' must be \"none\", \"alibi\" or \"distance_table\", got \"" +
-                        type + "\"");
-  } catch (const MalformedCase& e) {
-    throw MalformedCase(std::string("field 'bias': ") + e.what());
-  }
-}
-
-}  // namespace
-
-// The fused attention_forward and the plain attention_reference, each
-// against `out` with the attention tolerance 1e-5 + 1e-4 |want|.
-std::string check_attention(const json& c, const CheckContext&) {
-  const Tensor q = get_attention_input(c, "q");
-  const Tensor k = get_attention_input(c, "k");
-  const Tensor v = get_attention_input(c, "v");
-  AttentionOptions options;
-  options.causal = get_bool(c, "causal");
-  // null: the default 1 / sqrt(d) (what a Python None would be written as).
-  if (!field(c, "scale").is_null()) options.scale = static_cast<float>(get_number(c, "scale"));
-  const AttentionBias bias = get_attention_bias(c);
-  const json& out = field(c, "out");
-  Expected want;
-  try {
-    if (!out.is_object()) {
-      throw MalformedCase("must be an object with 'shape' and 'data', got " + describe(out));
-    }
-    want = get_expected(out, "shape", "data");
-  } catch (const MalformedCase& e) {
-    throw MalformedCase(std::string("field 'out': ") + e.what());
-  }
-  std::string message;
-  const std::string fused =
-      compare_tensor(attention_forward(q, k, v, bias, options), want, kAttentionTolerance);
-  if (!fused.empty()) message = "attention_forward: " + fused;
-  const std::string reference =
-      compare_tensor(attention_reference(q, k, v, bias, options), want, kAttentionTolerance);
-  if (!reference.empty()) {
-    message += (message.empty() ? "" : "; ") + std::string("attention_reference: ") + reference;
-  }
-  return message;
-}
+// The attention kinds are in golden_attention_kinds.cc.
 
 }  // namespace posbias::cli::golden

@@ -26,8 +26,17 @@ std::string check_dynamic_position_bias(const json& c, const CheckContext& ctx);
 /// Its safetensors file is read from ctx.base_dir.
 std::string check_dynamic_position_bias_file(const json& c, const CheckContext& ctx);
 std::string check_t5_bucket(const json& c, const CheckContext& ctx);
-/// Through attention_forward and attention_reference, both.
+// golden_attention_kinds.cc: each through the fused path and the plain
+// (reference) path, both against `out`.
+/// attention_forward and attention_reference.
 std::string check_attention(const json& c, const CheckContext& ctx);
+/// As check_attention with q_offset, window, softcap, key_mask, per-sequence
+/// slopes and a centred distance table.
+std::string check_attention_masked(const json& c, const CheckContext& ctx);
+/// attention_varlen_forward and attention_varlen_reference (packed).
+std::string check_attention_varlen(const json& c, const CheckContext& ctx);
+/// attention_kvcache_forward and attention_kvcache_reference (paged).
+std::string check_attention_paged(const json& c, const CheckContext& ctx);
 
 }  // namespace posbias::cli::golden
 
