@@ -402,14 +402,18 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
                                     float* HWY_RESTRICT s, std::int64_t first,
                                     const float* HWY_RESTRICT keep) {
   const std::int64_t n = AttnLanes(df);
-  if (rb.kind == FusedBias::kDense) {
-    for (std::int64_t c = first; c < lim; ++c) s[c] += rb.dense[c * rb.dense_step];
+  bool capped = rb.softcap > 0.0f;
+  if (rb.kind == FusedBias::kDense) {  // cap, then the bias (here, one element at a time)
+    for (std::int64_t c = first; c < lim; ++c) {
+      const float x = capped ? rb.softcap * std::tanh(s[c] / rb.softcap) : s[c];
+      s[c] = x + rb.dense[c * rb.dense_step];
+    }
+    capped = false;
   }
   const VF ninf = hn::Set(df, kAttnNegInf);
   const std::int64_t x0 = first - first % n;
   for (std::int64_t x = 0; x < x0; x += n) hn::Store(ninf, df, s + x);
   const std::int64_t span = std::min(cols, AttnRoundUp(df, lim));
-  const bool capped = rb.softcap > 0.0f;
   const VF cap = hn::Set(df, rb.softcap);
   const VF inv_cap = hn::Set(df, capped ? 1.0f / rb.softcap : 0.0f);
   const VF neg_slope = hn::Set(df, rb.neg_slope);
