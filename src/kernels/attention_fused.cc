@@ -60,6 +60,8 @@
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_decode-inl.h"
+#include "kernels/attention_task-inl.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
 
@@ -68,130 +70,6 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Rows at or below this count use the direct (dot product) path.
-constexpr std::int64_t kDirectRows = 4;
-
-// Types here are per instruction set but not file-local (HWY_NAMESPACE is
-// shared by every kernel file): names are unique across src/kernels so that
-// their inline members never collide (an ODR violation ASan caught in Debug).
-struct AttentionBlocking {
-  std::int64_t bq, bk, bkp, splits, nqb, nkb, dp;
-  // Query heads per task: 1, or on the decode path (i <= kDirectRows) the
-  // query heads of one kv head (grouped-query), so that each key and value
-  // row is read once for all of them rather than once per query head.
-  std::int64_t hg;
-  bool pack_heads;  // share one K^T / V packing per (batch, kv head)
-};
-
-// Most rows (query heads x query rows) of one decode task.
-constexpr std::int64_t kMaxGroupRows = 32;
-
-// Per-thread bytes allowed for a head's packed K^T and V.
-constexpr double kMaxPackBytes = 32.0 * (1 << 20);
-
-// Per-thread buffers, 64-byte aligned.
-// Packed K^T and V of one (batch, kv head), block by block as they are
-// first needed: the query blocks of a head then share one packing instead
-// of transposing every key block again for each of them (the transposition
-// costs about as much as a 64-row block product).
-struct AttentionHeadPack {
-  std::int64_t head = -1;                    // b * hk + kv head, -1: none
-  hwy::AlignedFreeUniquePtr<float[]> kt, v;  // [nkb][d][bkp], [nkb * bk][dp]
-  std::vector<char> ready;                   // per key block
-};
-
-struct AttentionWork {
-  hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha, alibi_off;
-  std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
-  hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
-  AttentionHeadPack pack;
-  AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
-      : row(allocate_scratch<float>(d, kWhat)),
-        q(allocate_scratch<float>(bq * d, kWhat)),
-        kt(allocate_scratch<float>(d * bkp, kWhat)),
-        v(allocate_scratch<float>(bkp * dp, kWhat)),
-        s(allocate_scratch<float>(bq * bkp, kWhat)),
-        o(allocate_scratch<float>(bq * dp, kWhat)),
-        m(allocate_scratch<float>(bq, kWhat)),
-        l(allocate_scratch<float>(bq, kWhat)),
-        alpha(allocate_scratch<float>(bq, kWhat)),
-        alibi_off(allocate_scratch<float>(bq, kWhat)),
-        lim(static_cast<std::size_t>(bq)),
-        first(static_cast<std::size_t>(bq)),
-        keep(allocate_scratch<float>(bkp, kWhat)) {}
-  static constexpr const char* kWhat = "the attention's per-thread block buffers";
-};
-
-// One task: a (batch, query heads [hh, hh + nh), query block) over some key
-// blocks. Row x of the task is query row r0 + x % br of head hh + x / br;
-// nh > 1 only on the direct (decode) path, where the heads share one kv
-// head.
-struct AttentionTask {
-  std::int64_t bb = 0, hh = 0, nh = 1, r0 = 0, br = 0, rows = 0;
-  Sequence sq;                              // the sequence bb: rows, keys, offsets
-  std::int64_t kvh = 0;                     // the kv head
-  std::int64_t k_base = 0, v_base = 0;      // the kv head's key 0 in k, v (dense layout)
-  std::int64_t head = 0;                    // b * hk + kv head
-  bool direct = false;                      // dot products over key rows in place
-  bool use_pack = false;                    // the head's shared K^T / V packing
-  bool alibi_fold = false;                  // the score tile adds ALiBi
-  bool k_direct = false, v_direct = false;  // float32 rows read in place
-  float neg_slope = 0.0f;
-};
-
-AttentionTask DescribeTask(const AttentionParams& p, const AttentionBlocking& bl, std::int64_t bb,
-                           std::int64_t hh, std::int64_t nh, std::int64_t qb) {
-  AttentionTask t;
-  t.bb = bb;
-  t.hh = hh;
-  t.nh = nh;
-  t.sq = sequence(p, bb);
-  t.r0 = qb * bl.bq;
-  t.br = std::min(bl.bq, t.sq.i - t.r0);
-  t.rows = nh * t.br;
-  t.kvh = hh / (p.h / p.hk);
-  t.head = bb * p.hk + t.kvh;
-  const bool paged = p.key_layout == KeyLayout::kPaged;
-  t.k_base = paged ? 0 : bb * p.k_stride[0] + t.kvh * p.k_stride[1] + t.sq.k_row0 * p.k_stride[2];
-  t.v_base = paged ? 0 : bb * p.v_stride[0] + t.kvh * p.v_stride[1] + t.sq.k_row0 * p.v_stride[2];
-  t.direct = t.br <= kDirectRows;
-  t.use_pack = !t.direct && bl.pack_heads;
-  // ALiBi is added by the block product (not the decode path's dots), but
-  // a soft-cap comes before the bias.
-  t.alibi_fold = !t.direct && p.bias == FusedBias::kAlibi && p.softcap == 0.0f;
-  t.neg_slope = p.bias == FusedBias::kAlibi ? -slope_of(p, bb, hh) : 0.0f;
-  t.k_direct = p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1;
-  // In place only when whole vectors of a row stay inside it (the P V tile
-  // reads dp floats per value row), the rows of a block are evenly spaced
-  // (not paged) and none is masked (a masked value is never read).
-  t.v_direct = p.kv_dtype == DType::kFloat32 && p.v_stride[3] == 1 && p.d == bl.dp && !paged &&
-               p.key_mask == nullptr;
-  return t;
-}
-
-// Element 0 of key c (of the task's sequence and kv head) in k (v with
-// `values`), at the dense or paged layout.
-HWY_INLINE std::int64_t KeyRowAt(const AttentionParams& p, const AttentionTask& t, std::int64_t c,
-                                 bool values) {
-  const std::int64_t* st = values ? p.v_stride : p.k_stride;
-  if (p.key_layout == KeyLayout::kPaged) {
-    const std::int64_t blk =
-        p.block_table[t.bb * p.block_table_stride[0] + c / p.block_size * p.block_table_stride[1]];
-    return blk * st[0] + t.kvh * st[1] + c % p.block_size * st[2];
-  }
-  return (values ? t.v_base : t.k_base) + c * st[2];
-}
-
-// Whether key c of the task's sequence is masked by the key mask.
-HWY_INLINE bool KeyMasked(const AttentionParams& p, const AttentionTask& t, std::int64_t c) {
-  return p.key_mask != nullptr &&
-         p.key_mask[t.bb * p.key_mask_stride[0] + c * p.key_mask_stride[1]] == 0;
-}
-
-// The position of the task's query row r.
-HWY_INLINE std::int64_t TaskPosition(const AttentionTask& t, std::int64_t r) {
-  return t.sq.q_offset + r;
-}
 
 // The task's query rows times scale into w.q, and a fresh softmax state.
 void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const AttentionTask& t,
@@ -273,59 +151,6 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   }
 }
 
-// Decode: S by dot products over key rows, read in place when they are
-// contiguous float32 (each key is read once, at memory speed, for every row
-// of the task while it is in L1). q rows have stride d.
-template <int R>
-HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                          const float* HWY_RESTRICT krow, float* s, std::int64_t lds) {
-  const std::int64_t n = AttnLanes(df);
-  VF acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-  std::int64_t x = 0;
-  for (; x + n <= d; x += n) {
-    const VF kv = hn::LoadU(df, krow + x);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * d + x), kv, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) {
-    float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * krow[y];
-    s[r * lds] = sum;
-  }
-}
-
-void ScoresDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                  std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  const std::int64_t d = p.d;
-  float* s = w.s.get();
-  for (std::int64_t c = 0; c < max_lim; ++c) {
-    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
-    const float* krow = w.row.get();
-    if (t.k_direct) {
-      krow = static_cast<const float*>(p.k) + KeyRowAt(p, t, c0 + c, false);
-    } else {
-      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f,
-              w.row.get());
-    }
-    std::int64_t x = 0;
-    for (; x + 4 <= t.rows; x += 4) {
-      QKDotRows<4>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-    }
-    switch (t.rows - x) {
-      case 1:
-        QKDotRows<1>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      case 2:
-        QKDotRows<2>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      case 3:
-        QKDotRows<3>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      default:
-        break;
-    }
-  }
-}
 
 // Blocked: K^T [d][ld] and V [keys][dp] of key block kb (from the head's
 // shared packing, or packed here for this block), then S = (scale q) K^T,
@@ -393,74 +218,7 @@ void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::
   }
 }
 
-// O = alpha O + P V for `rows` rows of P (row stride ldp), each over its own
-// visible keys w.lim[r] only: groups of RB rows share the keys they all see,
-// and each row adds its own remaining keys after. Tiles of RB rows x VW
-// vectors of d; V rows (stride ldv) may be unaligned.
-template <int RB, int VW>
-HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float* s,
-                        std::int64_t ldp, const float* vp, std::int64_t ldv, std::int64_t dp) {
-  float* o = w.o.get();
-  const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
-  const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
-  // Row rr's keys [from, to), added to its accumulator.
-  const auto add_keys = [&](std::int64_t rr, std::int64_t from, std::int64_t to) {
-    if (to <= from) return;
-    MulAddRowsOf<1, VW>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
-                        TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
-  };
-  std::int64_t r = 0;
-  for (; r + RB <= rows; r += RB) {
-    // The keys all RB rows see, [begin, end), then each row's own others.
-    std::int64_t begin = first(r), end = lim(r);
-    for (int u = 1; u < RB; ++u) {
-      begin = std::max(begin, first(r + u));
-      end = std::min(end, lim(r + u));
-    }
-    if (end < begin) end = begin;
-    MulAddRowsOf<RB, VW>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
-                         TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
-    for (int u = 0; u < RB; ++u) {
-      const std::int64_t rr = r + u;
-      if (end > begin) {
-        add_keys(rr, first(rr), begin);
-        add_keys(rr, end, lim(rr));
-      } else {
-        add_keys(rr, first(rr), lim(rr));
-      }
-    }
-  }
-  for (; r < rows; ++r) {
-    MulAddRowsOf<1, VW>(df, s + r * ldp + first(r), ldp, 1, vp + first(r) * ldv, ldv,
-                        lim(r) - first(r), TileInit::kScale, w.alpha.get() + r, o + r * dp, dp,
-                        dp);
-  }
-}
 
-// Decode: O = alpha O + P V reading float32 value rows in place (else
-// converting this block's rows once, for all rows of the task). Tiles two
-// rows by twice the width of the blocked path: each value row is read
-// whole, once per two rows (d <= 128 on AVX-512), which keeps the reads of
-// V sequential.
-void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  if (t.v_direct) {
-    PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                              static_cast<const float*>(p.v) + KeyRowAt(p, t, c0, true),
-                              p.v_stride[2], dp);
-    return;
-  }
-  for (std::int64_t c = 0; c < max_lim; ++c) {
-    float* vrow = w.v.get() + c * dp;
-    if (KeyMasked(p, t, c0 + c)) {  // never read
-      std::fill(vrow, vrow + dp, 0.0f);
-      continue;
-    }
-    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], p.d, 1.0f, vrow);
-    for (std::int64_t x = p.d; x < dp; ++x) vrow[x] = 0.0f;
-  }
-  PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols, w.v.get(), dp, dp);
-}
 
 // The task over key blocks [kb0, kb1): leaves m, l, O (unnormalised) per
 // row in w.

@@ -1,0 +1,114 @@
+// Internal, per instruction set: the direct (decode) path of the fused
+// forward, for tasks of at most kDirectRows query rows per head: S by dot
+// products over the key rows in place (nothing transposed), and O += P V
+// over the value rows in place; with grouped-query attention one task holds
+// the rows of several query heads of one kv head, so each key and value row
+// is read once for all of them.
+// Per-target include guard (Highway's toggle idiom).
+#if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_
+#undef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_
+#else
+#define POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_
+#endif
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_task-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Decode: S by dot products over key rows, read in place when they are
+// contiguous float32 (each key is read once, at memory speed, for every row
+// of the task while it is in L1). q rows have stride d.
+template <int R>
+HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
+                          const float* HWY_RESTRICT krow, float* s, std::int64_t lds) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  std::int64_t x = 0;
+  for (; x + n <= d; x += n) {
+    const VF kv = hn::LoadU(df, krow + x);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * d + x), kv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * krow[y];
+    s[r * lds] = sum;
+  }
+}
+
+void ScoresDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                  std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+  const std::int64_t d = p.d;
+  float* s = w.s.get();
+  for (std::int64_t c = 0; c < max_lim; ++c) {
+    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
+    const float* krow = w.row.get();
+    if (t.k_direct) {
+      krow = static_cast<const float*>(p.k) + KeyRowAt(p, t, c0 + c, false);
+    } else {
+      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f,
+              w.row.get());
+    }
+    std::int64_t x = 0;
+    for (; x + 4 <= t.rows; x += 4) {
+      QKDotRows<4>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
+    }
+    switch (t.rows - x) {
+      case 1:
+        QKDotRows<1>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
+        break;
+      case 2:
+        QKDotRows<2>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
+        break;
+      case 3:
+        QKDotRows<3>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// Decode: O = alpha O + P V reading float32 value rows in place (else
+// converting this block's rows once, for all rows of the task). Tiles two
+// rows by twice the width of the blocked path: each value row is read
+// whole, once per two rows (d <= 128 on AVX-512), which keeps the reads of
+// V sequential.
+void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
+                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+  if (t.v_direct) {
+    PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
+                              static_cast<const float*>(p.v) + KeyRowAt(p, t, c0, true),
+                              p.v_stride[2], dp);
+    return;
+  }
+  for (std::int64_t c = 0; c < max_lim; ++c) {
+    float* vrow = w.v.get() + c * dp;
+    if (KeyMasked(p, t, c0 + c)) {  // never read
+      std::fill(vrow, vrow + dp, 0.0f);
+      continue;
+    }
+    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], p.d, 1.0f, vrow);
+    for (std::int64_t x = p.d; x < dp; ++x) vrow[x] = 0.0f;
+  }
+  PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols, w.v.get(), dp, dp);
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_ toggle
