@@ -74,8 +74,8 @@ double score_of(const AttentionParams& p, const Sequence& sq, std::int64_t s, st
   const std::int64_t ko = key_offset(p, sq, s, kvh, c, p.k_stride);
   double dot = 0.0;
   for (std::int64_t e = 0; e < p.d; ++e) {
-    dot += load(p.q, p.dtype, qo + e * p.q_stride[3]) *
-           load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
+    dot +=
+        load(p.q, p.dtype, qo + e * p.q_stride[3]) * load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
   }
   double score = static_cast<double>(p.scale) * dot;
   if (p.softcap > 0.0f) {
