@@ -75,11 +75,38 @@ HWY_INLINE float AttnToF(T x) {
   }
 }
 
+// One vector of float32 from N consecutive elements of any of the three
+// dtypes, widened in registers (a 16-bit K or V is read as 16 bits).
+HWY_INLINE VF LoadWide(DF df, const float* p) { return hn::LoadU(df, p); }
+
+HWY_INLINE VF LoadWide(DF df, const bfloat16* p) {
+  const hn::Rebind<hwy::bfloat16_t, DF> dh;  // exact: the top half of a float32
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+}
+
+HWY_INLINE VF LoadWide(DF df, const float16* p) {
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2
+  // Below AVX2 F16C is not assumed, and Highway's emulation turns inf and
+  // NaN into finite numbers: convert lane by lane.
+  HWY_ALIGN float tmp[HWY_MAX_BYTES / sizeof(float)];
+  for (std::size_t l = 0; l < hn::Lanes(df); ++l) tmp[l] = to_float(p[l]);
+  return hn::Load(df, tmp);
+#else
+  const hn::Rebind<hwy::float16_t, DF> dh;  // one F16C vcvtph2ps on x86
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#endif
+}
+
 // dst[0..n) = mul * src[0, stride, 2 stride, ...] as float32.
 template <typename T>
 HWY_INLINE void PackRowT(const T* src, std::int64_t stride, std::int64_t n, float mul, float* dst) {
   if (stride == 1) {
-    for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * AttnToF(src[x]);
+    const DF df;
+    const std::int64_t lanes = AttnLanes(df);
+    const VF vm = hn::Set(df, mul);
+    std::int64_t x = 0;
+    for (; x + lanes <= n; x += lanes) hn::StoreU(hn::Mul(vm, LoadWide(df, src + x)), df, dst + x);
+    for (; x < n; ++x) dst[x] = mul * AttnToF(src[x]);
   } else {
     for (std::int64_t x = 0; x < n; ++x) dst[x] = mul * AttnToF(src[x * stride]);
   }
@@ -211,9 +238,9 @@ enum class TileInit : std::uint8_t {
 // C[r][0 .. V N) for rows [0, R): A is read through two strides (row
 // a_row, inner index a_t), so transposed operands need no copy; B rows
 // (stride ldb) and C rows (stride ldc) may be unaligned.
-template <int R, int V>
+template <int R, int V, typename TB = float>
 HWY_INLINE void MulAddTile(DF df, const float* HWY_RESTRICT a, std::int64_t a_row, std::int64_t a_t,
-                           const float* HWY_RESTRICT b, std::int64_t ldb, std::int64_t t_count,
+                           const TB* HWY_RESTRICT b, std::int64_t ldb, std::int64_t t_count,
                            TileInit init, const float* alpha, float* HWY_RESTRICT c,
                            std::int64_t ldc) {
   const std::int64_t n = AttnLanes(df);
@@ -231,7 +258,7 @@ HWY_INLINE void MulAddTile(DF df, const float* HWY_RESTRICT a, std::int64_t a_ro
   }
   for (std::int64_t t = 0; t < t_count; ++t) {
     VF bv[V];
-    for (int u = 0; u < V; ++u) bv[u] = hn::LoadU(df, b + t * ldb + u * n);
+    for (int u = 0; u < V; ++u) bv[u] = LoadWide(df, b + t * ldb + u * n);
     for (int r = 0; r < R; ++r) {
       const VF av = hn::Set(df, a[r * a_row + t * a_t]);
       for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(av, bv[u], acc[r][u]);
@@ -244,17 +271,17 @@ HWY_INLINE void MulAddTile(DF df, const float* HWY_RESTRICT a, std::int64_t a_ro
 
 // MulAddTile over columns [0, cols) (a multiple of the vector length), VW
 // vectors at a time.
-template <int R, int VW = kAttnVecs>
+template <int R, int VW = kAttnVecs, typename TB = float>
 HWY_INLINE void MulAddRowsOf(DF df, const float* a, std::int64_t a_row, std::int64_t a_t,
-                             const float* b, std::int64_t ldb, std::int64_t t_count, TileInit init,
+                             const TB* b, std::int64_t ldb, std::int64_t t_count, TileInit init,
                              const float* alpha, float* c, std::int64_t ldc, std::int64_t cols) {
   const std::int64_t n = AttnLanes(df);
   std::int64_t x = 0;
   for (; x + VW * n <= cols; x += VW * n) {
-    MulAddTile<R, VW>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
+    MulAddTile<R, VW, TB>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
   }
   for (; x < cols; x += n) {
-    MulAddTile<R, 1>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
+    MulAddTile<R, 1, TB>(df, a, a_row, a_t, b + x, ldb, t_count, init, alpha, c + x, ldc);
   }
 }
 

@@ -27,71 +27,103 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Decode: S by dot products over key rows, read in place when they are
-// contiguous float32 (each key is read once, at memory speed, for every row
-// of the task while it is in L1). q rows have stride d.
-template <int R>
+// Decode: S by dot products over key rows read in place when their
+// elements are contiguous, in their own dtype (a 16-bit row is widened in
+// registers: half the bytes of float32), each key once for every row of the
+// task. q rows (float32, times scale) have stride d.
+template <int R, typename T>
 HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                          const float* HWY_RESTRICT krow, float* s, std::int64_t lds) {
+                          const T* HWY_RESTRICT krow, float* s, std::int64_t lds) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
   std::int64_t x = 0;
   for (; x + n <= d; x += n) {
-    const VF kv = hn::LoadU(df, krow + x);
+    const VF kv = LoadWide(df, krow + x);
     for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * d + x), kv, acc[r]);
   }
   for (int r = 0; r < R; ++r) {
     float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * krow[y];
+    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * AttnToF(krow[y]);
     s[r * lds] = sum;
+  }
+}
+
+// The scores of every row of the task against one key row.
+template <typename T>
+HWY_INLINE void QKDotAllRows(DF df, const AttentionTask& t, std::int64_t d, const float* q,
+                             const T* krow, float* s, std::int64_t cols) {
+  std::int64_t x = 0;
+  for (; x + 4 <= t.rows; x += 4) QKDotRows<4>(df, q + x * d, d, krow, s + x * cols, cols);
+  switch (t.rows - x) {
+    case 1:
+      QKDotRows<1>(df, q + x * d, d, krow, s + x * cols, cols);
+      break;
+    case 2:
+      QKDotRows<2>(df, q + x * d, d, krow, s + x * cols, cols);
+      break;
+    case 3:
+      QKDotRows<3>(df, q + x * d, d, krow, s + x * cols, cols);
+      break;
+    default:
+      break;
+  }
+}
+
+template <typename T>
+void ScoresDirectT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                   std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+  const std::int64_t d = p.d;
+  for (std::int64_t c = 0; c < max_lim; ++c) {
+    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
+    const std::int64_t at = KeyRowAt(p, t, c0 + c, false);
+    if (t.k_direct) {
+      QKDotAllRows(df, t, d, w.q.get(), static_cast<const T*>(p.k) + at, w.s.get() + c, cols);
+    } else {
+      PackRow(p.k, p.kv_dtype, at, p.k_stride[3], d, 1.0f, w.row.get());
+      QKDotAllRows(df, t, d, w.q.get(), w.row.get(), w.s.get() + c, cols);
+    }
   }
 }
 
 void ScoresDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                   std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  const std::int64_t d = p.d;
-  float* s = w.s.get();
-  for (std::int64_t c = 0; c < max_lim; ++c) {
-    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
-    const float* krow = w.row.get();
-    if (t.k_direct) {
-      krow = static_cast<const float*>(p.k) + KeyRowAt(p, t, c0 + c, false);
-    } else {
-      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f,
-              w.row.get());
-    }
-    std::int64_t x = 0;
-    for (; x + 4 <= t.rows; x += 4) {
-      QKDotRows<4>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-    }
-    switch (t.rows - x) {
-      case 1:
-        QKDotRows<1>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      case 2:
-        QKDotRows<2>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      case 3:
-        QKDotRows<3>(df, w.q.get() + x * d, d, krow, s + x * cols + c, cols);
-        break;
-      default:
-        break;
-    }
+  switch (p.kv_dtype) {
+    case DType::kBFloat16:
+      ScoresDirectT<bfloat16>(df, p, t, c0, max_lim, cols, w);
+      break;
+    case DType::kFloat16:
+      ScoresDirectT<float16>(df, p, t, c0, max_lim, cols, w);
+      break;
+    default:
+      ScoresDirectT<float>(df, p, t, c0, max_lim, cols, w);
+      break;
   }
 }
 
-// Decode: O = alpha O + P V reading float32 value rows in place (else
-// converting this block's rows once, for all rows of the task). Tiles two
-// rows by twice the width of the blocked path: each value row is read
-// whole, once per two rows (d <= 128 on AVX-512), which keeps the reads of
-// V sequential.
+// Decode: O = alpha O + P V reading the value rows in place in their dtype
+// (widened in registers), else converting this block's rows once, for all
+// rows of the task. Tiles two rows by twice the width of the blocked path:
+// each value row is read whole, once per two rows (d <= 128 on AVX-512),
+// which keeps the reads of V sequential.
 void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                   std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
   if (t.v_direct) {
-    PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                              static_cast<const float*>(p.v) + KeyRowAt(p, t, c0, true),
-                              p.v_stride[2], dp);
+    const std::int64_t at = KeyRowAt(p, t, c0, true);
+    switch (p.kv_dtype) {
+      case DType::kBFloat16:
+        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
+                                  static_cast<const bfloat16*>(p.v) + at, p.v_stride[2], dp);
+        break;
+      case DType::kFloat16:
+        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
+                                  static_cast<const float16*>(p.v) + at, p.v_stride[2], dp);
+        break;
+      default:
+        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
+                                  static_cast<const float*>(p.v) + at, p.v_stride[2], dp);
+        break;
+    }
     return;
   }
   for (std::int64_t c = 0; c < max_lim; ++c) {

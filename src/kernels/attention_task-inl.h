@@ -118,12 +118,12 @@ AttentionTask DescribeTask(const AttentionParams& p, const AttentionBlocking& bl
   // a soft-cap comes before the bias.
   t.alibi_fold = !t.direct && p.bias == FusedBias::kAlibi && p.softcap == 0.0f;
   t.neg_slope = p.bias == FusedBias::kAlibi ? -slope_of(p, bb, hh) : 0.0f;
-  t.k_direct = p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1;
+  // Rows read in place, in their dtype, when their elements are contiguous.
+  t.k_direct = p.k_stride[3] == 1;
   // In place only when whole vectors of a row stay inside it (the P V tile
   // reads dp floats per value row), the rows of a block are evenly spaced
   // (not paged) and none is masked (a masked value is never read).
-  t.v_direct = p.kv_dtype == DType::kFloat32 && p.v_stride[3] == 1 && p.d == bl.dp && !paged &&
-               p.key_mask == nullptr;
+  t.v_direct = p.v_stride[3] == 1 && p.d == bl.dp && !paged && p.key_mask == nullptr;
   return t;
 }
 
@@ -155,16 +155,16 @@ HWY_INLINE std::int64_t TaskPosition(const AttentionTask& t, std::int64_t r) {
 // visible keys w.lim[r] only: groups of RB rows share the keys they all see,
 // and each row adds its own remaining keys after. Tiles of RB rows x VW
 // vectors of d; V rows (stride ldv) may be unaligned.
-template <int RB, int VW>
+template <int RB, int VW, typename TV>
 HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float* s,
-                        std::int64_t ldp, const float* vp, std::int64_t ldv, std::int64_t dp) {
+                        std::int64_t ldp, const TV* vp, std::int64_t ldv, std::int64_t dp) {
   float* o = w.o.get();
   const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
   const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
   // Row rr's keys [from, to), added to its accumulator.
   const auto add_keys = [&](std::int64_t rr, std::int64_t from, std::int64_t to) {
     if (to <= from) return;
-    MulAddRowsOf<1, VW>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
+    MulAddRowsOf<1, VW, TV>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
                         TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
   };
   std::int64_t r = 0;
@@ -176,7 +176,7 @@ HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float*
       end = std::min(end, lim(r + u));
     }
     if (end < begin) end = begin;
-    MulAddRowsOf<RB, VW>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
+    MulAddRowsOf<RB, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
                          TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
     for (int u = 0; u < RB; ++u) {
       const std::int64_t rr = r + u;
@@ -189,7 +189,7 @@ HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float*
     }
   }
   for (; r < rows; ++r) {
-    MulAddRowsOf<1, VW>(df, s + r * ldp + first(r), ldp, 1, vp + first(r) * ldv, ldv,
+    MulAddRowsOf<1, VW, TV>(df, s + r * ldp + first(r), ldp, 1, vp + first(r) * ldv, ldv,
                         lim(r) - first(r), TileInit::kScale, w.alpha.get() + r, o + r * dp, dp,
                         dp);
   }
