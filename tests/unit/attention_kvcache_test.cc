@@ -41,8 +41,25 @@ struct Cache {
   Tensor k_cache, v_cache, table, seqlens;
 };
 
+// The cache tensor of `values` (shape [.., d]) in dtype: contiguous, or a
+// slice of a wider last dimension (strided rows).
+Tensor cache_tensor(const Shape& shape, const std::vector<float>& values, DType dt, bool strided) {
+  if (!strided) return Tensor::from_vector(shape, values).to(dt);
+  const std::int64_t d = shape.back();
+  Shape wide = shape;
+  wide.back() = d + 2;
+  std::vector<float> w;
+  for (std::size_t x = 0; x < values.size(); x += static_cast<std::size_t>(d)) {
+    w.push_back(-5.0f);
+    w.insert(w.end(), values.begin() + static_cast<std::ptrdiff_t>(x),
+             values.begin() + static_cast<std::ptrdiff_t>(x) + d);
+    w.push_back(7.0f);
+  }
+  return Tensor::from_vector(wide, w).to(dt).slice(3, 1, 1 + d);
+}
+
 Cache make_cache(const std::vector<std::int64_t>& lens, std::int64_t hk, std::int64_t d,
-                 std::int64_t block_size, DType dt, std::uint32_t seed) {
+                 std::int64_t block_size, DType dt, std::uint32_t seed, bool strided = false) {
   Cache c;
   c.hk = hk, c.d = d, c.block_size = block_size, c.lens = lens;
   const auto b = static_cast<std::int64_t>(lens.size());
@@ -90,8 +107,8 @@ Cache make_cache(const std::vector<std::int64_t>& lens, std::int64_t hk, std::in
         }
       }
     }
-    c.k_cache = Tensor::from_vector({c.num_blocks, block_size, hk, d}, kc).to(dt);
-    c.v_cache = Tensor::from_vector({c.num_blocks, block_size, hk, d}, vc).to(dt);
+    c.k_cache = cache_tensor({c.num_blocks, block_size, hk, d}, kc, dt, strided);
+    c.v_cache = cache_tensor({c.num_blocks, block_size, hk, d}, vc, dt, strided);
     c.table = ints({b, c.max_blocks}, tab);
   } else {
     c.max_len = longest + 3;
@@ -109,8 +126,8 @@ Cache make_cache(const std::vector<std::int64_t>& lens, std::int64_t hk, std::in
         }
       }
     }
-    c.k_cache = Tensor::from_vector({b, c.max_len, hk, d}, kc).to(dt);
-    c.v_cache = Tensor::from_vector({b, c.max_len, hk, d}, vc).to(dt);
+    c.k_cache = cache_tensor({b, c.max_len, hk, d}, kc, dt, strided);
+    c.v_cache = cache_tensor({b, c.max_len, hk, d}, vc, dt, strided);
     c.table = Tensor();
   }
   c.seqlens = ints({b}, lens);
@@ -124,7 +141,8 @@ struct CacheCase {
   bool causal = true;
   std::int64_t left = -1, right = -1;
   float softcap = 0.0f;
-  int bias = 0;  // 0 none, 1 ALiBi [h], 2 ALiBi [b, h], 3 centred table
+  int bias = 0;          // 0 none, 1 ALiBi [h], 2 ALiBi [b, h], 3 centred table
+  bool strided = false;  // cache rows and q with gaps (slices of a wider d)
   std::uint32_t seed = 1;
 };
 
@@ -134,11 +152,13 @@ void check_cache_case(const CacheCase& cc) {
                std::to_string(cc.h) + " hk " + std::to_string(cc.hk) + " d " +
                std::to_string(cc.d) + " block_size " + std::to_string(cc.block_size) + " " +
                dtype_name(cc.qt) + "/" + dtype_name(cc.kvt) + " causal " +
-               std::to_string(cc.causal) + " window {" + std::to_string(cc.left) + ", " +
-               std::to_string(cc.right) + "} softcap " + std::to_string(cc.softcap) + " bias " +
-               std::to_string(cc.bias));
-  const Cache c = make_cache(cc.lens, cc.hk, cc.d, cc.block_size, cc.kvt, cc.seed);
-  const Tensor q = test::random_tensor({b, cc.i, cc.h, cc.d}, cc.seed + 3).to(cc.qt);
+               std::to_string(cc.causal) + (cc.strided ? " strided" : "") + " window {" +
+               std::to_string(cc.left) + ", " + std::to_string(cc.right) + "} softcap " +
+               std::to_string(cc.softcap) + " bias " + std::to_string(cc.bias));
+  const Cache c = make_cache(cc.lens, cc.hk, cc.d, cc.block_size, cc.kvt, cc.seed, cc.strided);
+  const Tensor q =
+      cc.strided ? test::random_tensor({b, cc.h, cc.i, cc.d}, cc.seed + 3).to(cc.qt).transpose(1, 2)
+                 : test::random_tensor({b, cc.i, cc.h, cc.d}, cc.seed + 3).to(cc.qt);
   const std::vector<float> qv = q.to_float_vector();
   AttentionOptions opt;
   opt.causal = cc.causal;
@@ -222,6 +242,7 @@ TEST(AttentionKvcache, PagedAndSlabsMatchTheNaiveFormula) {
           cc.hk = seed % 2 ? 1 : 2;
           cc.d = seed % 5 == 0 ? 33 : 16;
           cc.qt = kPairs[seed % 5][0], cc.kvt = kPairs[seed % 5][1];
+          cc.strided = seed % 3 == 2;
           cc.seed = seed++;
           check_cache_case(cc);
           if (HasFatalFailure()) return;

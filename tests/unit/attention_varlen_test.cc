@@ -30,9 +30,17 @@ struct VarlenCase {
   bool causal = false;
   std::int64_t left = -1, right = -1;
   float softcap = 0.0f;
-  int bias = 0;  // 0 none, 1 ALiBi [h], 2 ALiBi [b, h], 3 centred table
+  int bias = 0;          // 0 none, 1 ALiBi [h], 2 ALiBi [b, h], 3 centred table
+  bool strided = false;  // q, k, v as slices of a wider last dimension
   std::uint32_t seed = 1;
 };
+
+// [tokens, heads, d] random values in dtype, contiguous or a strided view.
+Tensor packed(std::int64_t tokens, std::int64_t heads, std::int64_t d, DType dt, bool strided,
+              std::uint32_t seed) {
+  if (!strided) return test::random_tensor({tokens, heads, d}, seed).to(dt);
+  return test::random_tensor({tokens, heads, d + 3}, seed).to(dt).slice(2, 2, 2 + d);
+}
 
 Tensor offsets(const std::vector<std::int64_t>& lens) {
   std::vector<float> cu{0.0f};
@@ -55,12 +63,12 @@ void check_varlen_case(const VarlenCase& c) {
   SCOPED_TRACE("b " + std::to_string(b) + " total_q " + std::to_string(tq) + " total_k " +
                std::to_string(tk) + " h " + std::to_string(c.h) + " hk " + std::to_string(c.hk) +
                " d " + std::to_string(c.d) + " " + dtype_name(c.qt) + "/" + dtype_name(c.kvt) +
-               " causal " + std::to_string(c.causal) + " window {" + std::to_string(c.left) + ", " +
-               std::to_string(c.right) + "} softcap " + std::to_string(c.softcap) + " bias " +
-               std::to_string(c.bias));
-  const Tensor q = test::random_tensor({tq, c.h, c.d}, c.seed).to(c.qt);
-  const Tensor k = test::random_tensor({tk, c.hk, c.d}, c.seed + 1).to(c.kvt);
-  const Tensor v = test::random_tensor({tk, c.hk, c.d}, c.seed + 2).to(c.kvt);
+               " causal " + std::to_string(c.causal) + (c.strided ? " strided" : "") + " window {" +
+               std::to_string(c.left) + ", " + std::to_string(c.right) + "} softcap " +
+               std::to_string(c.softcap) + " bias " + std::to_string(c.bias));
+  const Tensor q = packed(tq, c.h, c.d, c.qt, c.strided, c.seed);
+  const Tensor k = packed(tk, c.hk, c.d, c.kvt, c.strided, c.seed + 1);
+  const Tensor v = packed(tk, c.hk, c.d, c.kvt, c.strided, c.seed + 2);
   const std::vector<float> qv = q.to_float_vector(), kv = k.to_float_vector(),
                            vv = v.to_float_vector();
   const Tensor cq = offsets(c.iq), ck = offsets(c.jk);
@@ -182,6 +190,7 @@ TEST(AttentionVarlen, MatchesNaiveAndDensePerSequenceOverOptions) {
           c.softcap = seed % 3 == 0 ? 2.0f : 0.0f;
           c.bias = bias;
           c.qt = kPairs[seed % 5][0], c.kvt = kPairs[seed % 5][1];
+          c.strided = seed % 3 == 1;
           c.seed = seed++;
           check_varlen_case(c);
           if (HasFatalFailure()) return;
