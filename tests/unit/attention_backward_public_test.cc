@@ -160,6 +160,38 @@ TEST(AttentionBackwardPublic, VarlenOptions) {
   }
 }
 
+TEST(AttentionBackwardPublic, SixteenBitKeysAndValuesWithFloat32Queries) {
+  // llama.cpp's arrangement: k, v bfloat16 or float16, q float32; grad_k and
+  // grad_v come back in k's dtype, rounded once.
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    for (bool packed : {false, true}) {
+      Problem pb =
+          packed ? varlen_problem({6, 11}, {9, 11}, 4, 2, 8) : dense_problem(2, 4, 2, 7, 10, 8);
+      pb.causal = true;
+      pb.softcap = 3.0f;
+      pb.kind = AttentionBiasKind::kAlibi;
+      Data in = make_data(pb, 50 + packed);
+      for (std::vector<double>* x : {&in.k, &in.v}) {
+        for (double& e : *x) e = test::round_to(dt, static_cast<float>(e));
+      }
+      const Naive want = naive(pb, in);
+      PublicCall c = public_call(pb, in, want, DType::kUInt8);
+      c.k = c.k.to(dt);
+      c.v = c.v.to(dt);
+      const AttentionGradients g = backward(pb, c);
+      ASSERT_EQ(g.grad_q.dtype(), DType::kFloat32);
+      ASSERT_EQ(g.grad_k.dtype(), dt);
+      ASSERT_EQ(g.grad_v.dtype(), dt);
+      const double tol = dt == DType::kBFloat16 ? 1e-2 : 2e-3;
+      expect_near_all(g.grad_q.to_float_vector(), want.dq, "grad_q", 3e-5);
+      expect_near_all(g.grad_k.to_float_vector(), want.dk, "grad_k", tol);
+      expect_near_all(g.grad_v.to_float_vector(), want.dv, "grad_v", tol);
+      expect_near_all(g.grad_slopes, want.dslopes, "grad_slopes", 3e-4);
+    }
+  }
+}
+
 TEST(AttentionBackwardPublic, BadInputNamesTheValues) {
   Problem pb = varlen_problem({3, 4}, {3, 4}, 2, 1, 4);
   pb.causal = true;
