@@ -67,7 +67,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
     the j key positions (bottom-right): row r sits at q_r = j - i + r.
 
     bias: "none", "alibi" (slopes [h]: -m_h |c - q_r|), "table" (table
-    [h, >= 2j - 1] read at (q_r - c) + (j - 1): DynamicPositionBias,
+    [h, n], n odd, read at its centre: entry (n - 1) / 2 + (q_r - c), so a
+    [h, 2j - 1] table or any longer one: DynamicPositionBias,
     RelativePositionBias, any Toeplitz bias) or "dense" (dense broadcastable to
     [b, h, i, j]); None infers it from the tensor given. scale defaults to
     1/sqrt(d). causal masks key c for row r when c > q_r; a row without a

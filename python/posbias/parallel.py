@@ -205,7 +205,9 @@ def _global_table(bias, slopes, table, total_keys, dist_g):
     if bias == "alibi":
         return -slopes.to(torch.float32)[:, None] * dist_g.abs().to(torch.float32)[None]
     if bias == "table":
-        idx = (dist_g + (total_keys - 1)).clamp(0, table.shape[1] - 1)  # unread when clamped
+        # Read at the table's centre, as posbias.attention reads it (n odd).
+        centre = (table.shape[1] - 1) // 2
+        idx = (dist_g + centre).clamp(0, table.shape[1] - 1)  # unread when clamped
         return table.index_select(1, idx)
     raise ValueError(f"posbias: cp_attention: unsupported bias {bias!r} (use none, alibi or "
                      f"table)")

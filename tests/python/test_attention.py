@@ -132,9 +132,9 @@ def test_non_contiguous_inputs():
     s = posbias.alibi_slopes(4)
     out = posbias.attention(q, k, v, slopes=s, causal=True)
     close(out, R.attention(q, k, v, R.alibi_bias(s, 10, 12)[None], causal=True), **OUT_TOL)
-    table = torch.randn(4, 48)[:, ::2]  # strided table, >= 2j - 1 entries
+    table = torch.randn(4, 50)[:, ::2]  # strided table, n = 25 > 2j - 1, read at its centre
     close(posbias.attention(q, k, v, table=table, causal=True),
-          R.attention(q, k, v, R.table_to_bias(table.double(), 10, 12)[None], causal=True),
+          R.attention(q, k, v, R.centred_table_to_bias(table.double(), 10, 12)[None], causal=True),
           **OUT_TOL)
 
 

@@ -54,13 +54,22 @@ def test_attention_bias_arguments():
         posbias.attention(q, k, v, "alibi", slopes=torch.ones(2), table=torch.zeros(2, 7))
     with pytest.raises(ValueError, match="at most one of"):
         posbias.attention(q, k, v, slopes=torch.ones(2), dense=torch.zeros(3, 4))
-    with pytest.raises(ValueError, match="one slope per query head: got 3 slopes for h = 2"):
+    with pytest.raises(ValueError, match=r"ALiBi needs h = 2 slopes or b \* h = 1 \* 2 \(one set "
+                       r"per sequence\), got 3"):
         posbias.attention(q, k, v, slopes=torch.ones(3))
     with pytest.raises(ValueError, match=r"slope 1 is not finite \(nan\)"):
         posbias.attention(q, k, v, slopes=torch.tensor([1.0, float("nan")]))
-    with pytest.raises(ValueError, match=r"\[h, >= 2j - 1\] = \[2, >= 7\], got float32 table \[2, 6\]"):
+    # The core's centred-table rule (issue 16): n odd, long enough for the
+    # longest visible distance.
+    with pytest.raises(ValueError, match=r"h = 2 and n odd \(read at its centre \(n - 1\) / 2\), "
+                       r"got float32 table \[2, 6\]"):
         posbias.attention(q, k, v, table=torch.zeros(2, 6))
-    with pytest.raises(ValueError, match="non-causal attention needs i <= j, got i = 5, j = 3"):
+    with pytest.raises(ValueError, match=r"\[h, n\] = \[2, 5\] is read at its centre \(n - 1\) / 2 "
+                       r"= 2 and must cover the longest visible distance 3: n >= 7"):
+        posbias.attention(q, k, v, table=torch.zeros(2, 5))
+    # i > j without causal: allowed now when the centred table reaches the
+    # rows before key 0 (the core's rule of issue 16), refused when it does not.
+    with pytest.raises(ValueError, match=r"the longest visible distance 4: n >= 9"):
         posbias.attention(*qkv(i=5, j=3), table=torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"dense bias \[1, 2, 3, 5\] .* broadcastable to \[b, h, i, j\] = \[1, 2, 3, 4\]"):
         posbias.attention(q, k, v, dense=torch.zeros(1, 2, 3, 5))
@@ -95,7 +104,8 @@ def test_op_level_errors_are_value_errors():
     std::invalid_argument arrives as ValueError with the core's message (it was
     a RuntimeError before the ops translated the core's errors)."""
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="one slope per query head: got 3 slopes for h = 2"):
+    with pytest.raises(ValueError, match=r"ALiBi needs h = 2 slopes or b \* h = 1 \* 2 \(one set "
+                       r"per sequence\), got 3"):
         torch.ops.posbias.attention(q, k, v, "alibi", torch.ones(3), None, None, None, False)
     with pytest.raises(ValueError, match="bias must be"):
         torch.ops.posbias.attention(q, k, v, "bogus", None, None, None, None, False)
