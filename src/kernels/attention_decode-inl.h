@@ -70,11 +70,41 @@ HWY_INLINE void QKDotAllRows(DF df, const AttentionTask& t, std::int64_t d, cons
   }
 }
 
+// One query row against four key rows: four independent FMA chains (a
+// single row against one key is one chain of d / N dependent FMAs, which
+// the FMA latency, not the read, limits).
+template <typename T>
+HWY_INLINE void QKDot4Keys(DF df, const float* HWY_RESTRICT q, std::int64_t d,
+                           const T* const* krows, float* s) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
+  std::int64_t x = 0;
+  for (; x + n <= d; x += n) {
+    const VF qv = hn::LoadU(df, q + x);
+    for (int u = 0; u < 4; ++u) acc[u] = hn::MulAdd(qv, LoadWide(df, krows[u] + x), acc[u]);
+  }
+  for (int u = 0; u < 4; ++u) {
+    float sum = hn::GetLane(hn::SumOfLanes(df, acc[u]));
+    for (std::int64_t y = x; y < d; ++y) sum += q[y] * AttnToF(krows[u][y]);
+    s[u] = sum;
+  }
+}
+
 template <typename T>
 void ScoresDirectT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                    std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
   const std::int64_t d = p.d;
-  for (std::int64_t c = 0; c < max_lim; ++c) {
+  std::int64_t c = 0;
+  if (t.rows == 1 && t.k_direct && p.key_mask == nullptr) {
+    for (; c + 4 <= max_lim; c += 4) {
+      const T* krows[4];
+      for (int u = 0; u < 4; ++u) {
+        krows[u] = static_cast<const T*>(p.k) + KeyRowAt(p, t, c0 + c + u, false);
+      }
+      QKDot4Keys(df, w.q.get(), d, krows, w.s.get() + c);
+    }
+  }
+  for (; c < max_lim; ++c) {
     if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
     const std::int64_t at = KeyRowAt(p, t, c0 + c, false);
     if (t.k_direct) {

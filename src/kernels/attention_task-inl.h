@@ -133,9 +133,17 @@ HWY_INLINE std::int64_t KeyRowAt(const AttentionParams& p, const AttentionTask& 
                                  bool values) {
   const std::int64_t* st = values ? p.v_stride : p.k_stride;
   if (p.key_layout == KeyLayout::kPaged) {
-    const std::int64_t blk =
-        p.block_table[t.bb * p.block_table_stride[0] + c / p.block_size * p.block_table_stride[1]];
-    return blk * st[0] + t.kvh * st[1] + c % p.block_size * st[2];
+    std::int64_t page, row;
+    if ((p.block_size & (p.block_size - 1)) == 0) {  // a power of two: no division per key
+      const int shift = __builtin_ctzll(static_cast<unsigned long long>(p.block_size));
+      page = c >> shift;
+      row = c & (p.block_size - 1);
+    } else {
+      page = c / p.block_size;
+      row = c % p.block_size;
+    }
+    const std::int64_t blk = p.block_table[t.bb * p.block_table_stride[0] + page * p.block_table_stride[1]];
+    return blk * st[0] + t.kvh * st[1] + row * st[2];
   }
   return (values ? t.v_base : t.k_base) + c * st[2];
 }
