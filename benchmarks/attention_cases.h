@@ -1,7 +1,9 @@
 // What the attention suite's case files share (attention_suite.cc: memory
-// and prefill; decode_cases.cc: decode against a KV cache): inputs, the
-// visible (query, key) pairs that set a case's flops, the same-run FMA peak
-// every case's GFLOP/s are judged against, and the issues' targets.
+// and prefill; decode_cases.cc: decode against a KV cache; option_cases.cc,
+// varlen_cases.cc and kvcache_cases.cc: the options of issues 16 and 17):
+// inputs, the visible (query, key) pairs that set a case's flops, the
+// same-run FMA peak every case's GFLOP/s are judged against, and the
+// issues' targets.
 #ifndef POSBIAS_BENCHMARKS_ATTENTION_CASES_H_
 #define POSBIAS_BENCHMARKS_ATTENTION_CASES_H_
 
@@ -72,6 +74,17 @@ class FmaPeak {
 // Decode against a long KV cache (i = 1): multi-head, grouped-query and
 // 16-bit caches, each against a same-run read of its bytes.
 void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
+
+// Issue 16's dense options (option_cases.cc): a sliding window, a key
+// mask, soft-capping.
+void option_cases(const BenchOptions& o, std::vector<CaseResult>& out);
+
+// Issue 16's packed variable-length sequences (varlen_cases.cc), forward
+// and backward.
+void varlen_cases(const BenchOptions& o, std::vector<CaseResult>& out);
+
+// Issue 17's paged KV caches (kvcache_cases.cc): decode and chunked append.
+void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out);
 
 }  // namespace posbias::bench
 

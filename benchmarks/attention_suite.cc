@@ -252,6 +252,9 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
   FmaPeak fma(o);
   prefill_cases(o, fma, out);
   decode_cases(o, fma, out);
+  kvcache_cases(o, out);
+  varlen_cases(o, out);
+  option_cases(o, out);
   fma.judge(out);
   // Issue 17's prefill targets, against the FMA peak of this run.
   const std::string shape = "_h16_n" + std::to_string(o.quick ? 512 : 2048) + "_d64";
