@@ -139,7 +139,8 @@ AttentionBias make_bias(const AttentionArgs& a, std::int64_t h, std::int64_t seq
     return AttentionBias::alibi(std::move(all));
   }
   if (a.bias == "table") {
-    if (length == 0) return AttentionBias::distance_table(Tensor::empty({h, 0}, DType::kFloat32));
+    // No keys: nothing reads the table; the smallest odd one, [h, 1] of zeros.
+    if (length == 0) return AttentionBias::distance_table(Tensor::full({h, 1}, 0.0f));
     if (a.table_from == "t5") {
       return AttentionBias::distance_table(
           RelativePositionBias(1.0f, a.causal, 32, 128, h, seed).distance_table(length));

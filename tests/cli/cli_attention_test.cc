@@ -95,8 +95,9 @@ Tensor expected_attention(const AttentionRun& r) {
   AttentionBias bias = AttentionBias::none();
   if (r.bias == "alibi") bias = AttentionBias::alibi(alibi_slopes(r.s.h));
   if (r.bias == "table" && r.s.j == 0) {
-    // No keys: any table fits (2j - 1 < 0); the modules need j >= 1.
-    bias = AttentionBias::distance_table(Tensor::empty({r.s.h, 0}, DType::kFloat32));
+    // No keys: the tool passes [h, 1] of zeros (n odd; nothing reads it);
+    // the modules need j >= 1.
+    bias = AttentionBias::distance_table(Tensor::full({r.s.h, 1}, 0.0f));
   } else if (r.bias == "table") {
     bias = AttentionBias::distance_table(
         r.table_from == "t5"

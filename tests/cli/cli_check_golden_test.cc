@@ -43,6 +43,22 @@ TEST(Cli, CheckGoldenProjectCopyPasses) {
   EXPECT_EQ(run.out.find("FAIL"), std::string::npos) << run.out;
 }
 
+// serving.json: every attention_masked, attention_varlen and attention_paged
+// case passes, nothing is skipped; its dynamic_position_bias_file case names
+// dpb_hidden.safetensors, which is not beside it, so that case fails (exit 1).
+TEST(Cli, CheckGoldenServingCopy) {
+  const std::string golden = std::string(POSBIAS_GOLDEN_COPY_DIR) + "/serving.json";
+  const ProcessResult run = run_posbias({"check-golden", golden});
+  EXPECT_EQ(run.exit_code, 1) << describe({"check-golden", golden}, run);
+  EXPECT_EQ(lines_of(run.out),
+            (std::vector<std::string>{
+                "FAIL case 9 (dynamic_position_bias_file): error: cannot open safetensors file '" +
+                    std::string(POSBIAS_GOLDEN_COPY_DIR) +
+                    "/dpb_hidden.safetensors': No such file or directory",
+                "9 passed, 1 failed, 0 skipped"}))
+      << run.out;
+}
+
 TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
   const std::string golden = std::string(POSBIAS_CLI_TEST_DATA) + "/golden_corrupted.json";
   const ProcessResult run = run_posbias({"check-golden", golden});
@@ -80,8 +96,8 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "FAIL case 24 (attention): malformed case: field 'q' must have 4 dimensions [b, h, i, d], "
       "got shape [1, 1, 2]",
       "FAIL case 25 (attention): posbias refused the case: attention_forward: the distance table "
-      "must be float32 [h, >= 2j - 1] = [1, >= 3], got float32 table [1, 2] (q [1, 1, 1, 2], "
-      "k [1, 1, 2, 2], v [1, 1, 2, 2])",
+      "must be float32 [h, n] with h = 1 and n odd (read at its centre (n - 1) / 2), got "
+      "float32 table [1, 2] (q [1, 1, 1, 2], k [1, 1, 2, 2], v [1, 1, 2, 2])",
       "6 passed, 19 failed, 1 skipped",
   };
   EXPECT_EQ(lines_of(run.out), expected) << run.out;
@@ -104,7 +120,6 @@ TEST(Cli, CheckGoldenBadFilesExitTwo) {
     EXPECT_NE(lines[0].find(path), std::string::npos) << run.err;
   }
 }
-
 
 }  // namespace
 }  // namespace posbias::cli

@@ -225,8 +225,7 @@ TEST(GoldenCheck, AttentionMalformedOrRefusedCases) {
          e["bias"] = {{"type", "distance_table"},
                       {"table", {{"shape", {5}}, {"data", {0, 0, 0, 0, 0}}}}};
        }),
-       "malformed case: field 'bias': field 'table' must have 2 dimensions [h, 2j - 1], got "
-       "shape [5]"},
+       "malformed case: field 'bias': field 'table' must have 2 dimensions [h, n], got shape [5]"},
       {edited([](json& e) { e.erase("out"); }), "malformed case: missing field 'out'"},
       {edited([](json& e) { e["out"] = json::array(); }),
        "malformed case: field 'out': must be an object with 'shape' and 'data', got array"},
@@ -234,8 +233,9 @@ TEST(GoldenCheck, AttentionMalformedOrRefusedCases) {
        "malformed case: field 'out': field 'shape' [1, 2, 2, 2] holds 8 elements but 'data' has 7"},
       // Cases the library refuses, with the shapes in the message.
       {edited([](json& e) { e["bias"]["slopes"] = {0.5}; }),
-       "posbias refused the case: attention_forward: ALiBi needs one slope per query head: got 1 "
-       "slopes for h = 2 (q [1, 2, 2, 2], k [1, 2, 3, 2], v [1, 2, 3, 2])"},
+       "posbias refused the case: attention_forward: ALiBi needs one slope per query head or one "
+       "set per sequence: got 1 slopes for h = 2, b = 1 (h or b * h slopes) (q [1, 2, 2, 2], "
+       "k [1, 2, 3, 2], v [1, 2, 3, 2])"},
       {edited([](json& e) {
          e["bias"]["slopes"] = {0.5, "inf"};
        }),
@@ -246,8 +246,8 @@ TEST(GoldenCheck, AttentionMalformedOrRefusedCases) {
          e["bias"] = {{"type", "distance_table"},
                       {"table", {{"shape", {2, 4}}, {"data", {0, 0, 0, 0, 0, 0, 0, 0}}}}};
        }),
-       "posbias refused the case: attention_forward: the distance table must be float32 [h, >= "
-       "2j - 1] = [2, >= 5], got float32 table [2, 4]"},
+       "posbias refused the case: attention_forward: the distance table must be float32 [h, n] "
+       "with h = 2 and n odd (read at its centre (n - 1) / 2), got float32 table [2, 4]"},
       {edited([](json& e) {
          e["k"]["shape"] = {1, 3, 2, 2};
          e["v"]["shape"] = {1, 3, 2, 2};
