@@ -54,8 +54,7 @@ def test_attention_bias_arguments():
         posbias.attention(q, k, v, "alibi", slopes=torch.ones(2), table=torch.zeros(2, 7))
     with pytest.raises(ValueError, match="at most one of"):
         posbias.attention(q, k, v, slopes=torch.ones(2), dense=torch.zeros(3, 4))
-    with pytest.raises(ValueError, match=r"ALiBi needs h = 2 slopes or b \* h = 1 \* 2 \(one set "
-                       r"per sequence\), got 3"):
+    with pytest.raises(ValueError, match=r"ALiBi needs .*one set per sequence.*got 3"):
         posbias.attention(q, k, v, slopes=torch.ones(3))
     with pytest.raises(ValueError, match=r"slope 1 is not finite \(nan\)"):
         posbias.attention(q, k, v, slopes=torch.tensor([1.0, float("nan")]))
@@ -104,8 +103,7 @@ def test_op_level_errors_are_value_errors():
     std::invalid_argument arrives as ValueError with the core's message (it was
     a RuntimeError before the ops translated the core's errors)."""
     q, k, v = qkv()
-    with pytest.raises(ValueError, match=r"ALiBi needs h = 2 slopes or b \* h = 1 \* 2 \(one set "
-                       r"per sequence\), got 3"):
+    with pytest.raises(ValueError, match=r"ALiBi needs .*one set per sequence.*got 3"):
         torch.ops.posbias.attention(q, k, v, "alibi", torch.ones(3), None, None, None, False)
     with pytest.raises(ValueError, match="bias must be"):
         torch.ops.posbias.attention(q, k, v, "bogus", None, None, None, None, False)

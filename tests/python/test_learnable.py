@@ -109,3 +109,26 @@ def test_learnable_slopes_in_fused_attention():
 def test_learnable_must_be_bool():
     with pytest.raises(TypeError, match="learnable must be a bool"):
         posbias.AlibiPositionalBias(4, learnable=1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_per_sequence_slopes_and_their_gradient(causal):
+    """slopes [b, h] (FlashAttention-2's alibi_slopes layout): sequence s uses
+    row s; a [b, h] tensor that requires grad gets [b, h] gradients."""
+    torch.manual_seed(5)
+    b, h, hk, i, j, d = 3, 4, 2, 5, 7, 8
+    q = torch.randn(b, h, i, d)
+    k, v = torch.randn(b, hk, j, d), torch.randn(b, hk, j, d)
+    slopes = (torch.rand(b, h) + 0.1).requires_grad_()
+    out = posbias.attention(q, k, v, slopes=slopes, causal=causal)
+    go = torch.randn_like(out)
+    (out * go).sum().backward()
+    s64 = slopes.detach().double().requires_grad_()
+    bias = -s64[:, :, None, None] * R.signed_distance(i, j).abs().double()[None, None]
+    ref = R.attention(q.double(), k.double(), v.double(), bias=bias, causal=causal)
+    (ref * go.double()).sum().backward()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-5)
+    assert slopes.grad.shape == (b, h)
+    torch.testing.assert_close(slopes.grad.double(), s64.grad, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"ALiBi needs .*one set per sequence.*got 8"):
+        posbias.attention(q, k, v, slopes=torch.ones(2, 4))

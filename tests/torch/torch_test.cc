@@ -455,7 +455,7 @@ TEST(AttentionOp, BadInputIsACleanError) {
   expect_msg([&] { posbias::ops::attention(q.to(torch::kDouble), q, q); }, "float32, bfloat16");
   expect_msg([&] { posbias::ops::attention(q, q, q, "alibi"); }, "needs slopes");
   expect_msg([&] { posbias::ops::attention(q, q, q, "alibi", posbias::ops::alibi_slopes(3)); },
-             "ALiBi needs h = 2 slopes or b * h");
+             "ALiBi needs");
   expect_msg([&] { posbias::ops::attention(q.view({2, 3, 4}), q, q); }, "4-d");
   expect_msg([&] { posbias::ops::alibi_slopes(0); }, "heads");
   expect_msg([&] { posbias::ops::alibi_bias(posbias::ops::alibi_slopes(4), 2, 2, 3); },

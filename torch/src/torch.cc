@@ -79,7 +79,10 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   } else if (kind == "alibi") {
     TORCH_CHECK_VALUE(has_s, "posbias.attention: bias=\"alibi\" needs slopes [h]");
     TORCH_CHECK_VALUE(!has_t && !has_d, "posbias.attention: bias=\"alibi\" takes only slopes");
-    a.bias = AttentionBias::alibi(slope_vector(*slopes, who));
+    // [h], or [b, h] per sequence (FlashAttention-2's alibi_slopes): b * h
+    // values row-major; the core checks the count.
+    a.bias = AttentionBias::alibi(
+        slope_vector(slopes->dim() == 2 ? slopes->reshape({-1}) : *slopes, who));
   } else if (kind == "table") {
     TORCH_CHECK_VALUE(has_t, "posbias.attention: bias=\"table\" needs table [h, 2j - 1]");
     TORCH_CHECK_VALUE(!has_s && !has_d, "posbias.attention: bias=\"table\" takes only table");
