@@ -187,39 +187,58 @@ std::string check_attention_masked(const json& c, const CheckContext&) {
   return check_dense(c, /*masked=*/true);
 }
 
+namespace {
+
+// What the packed and paged kinds share: q, k and v of rank `rank` (k and v
+// named `k_name`, `v_name`), window and softcap among the options, the bias
+// and `out`.
+struct BatchCase {
+  Tensor q, k, v;
+  AttentionOptions options;
+  AttentionBias bias;
+  Expected want;
+};
+
+BatchCase get_batch_case(const json& c, std::int64_t rank, const char* q_dims, const char* k_name,
+                         const char* v_name, const char* kv_dims) {
+  BatchCase b;
+  b.q = get_ranked(c, "q", rank, q_dims);
+  b.k = get_ranked(c, k_name, rank, kv_dims);
+  b.v = get_ranked(c, v_name, rank, kv_dims);
+  b.options = get_options(c, /*extended=*/true);
+  b.bias = get_attention_bias(c);
+  b.want = get_out(c);
+  return b;
+}
+
+}  // namespace
+
 // q [total_q, h, d], k and v [total_k, hk, d], cu_seqlens_q/k plain lists.
 std::string check_attention_varlen(const json& c, const CheckContext&) {
-  const Tensor q = get_ranked(c, "q", 3, "[total_q, h, d]");
-  const Tensor k = get_ranked(c, "k", 3, "[total_k, hk, d]");
-  const Tensor v = get_ranked(c, "v", 3, "[total_k, hk, d]");
+  const BatchCase b = get_batch_case(c, 3, "[total_q, h, d]", "k", "v", "[total_k, hk, d]");
   const Tensor cu_q = get_int32_list(c, "cu_seqlens_q");
   const Tensor cu_k = get_int32_list(c, "cu_seqlens_k");
-  const AttentionOptions options = get_options(c, /*extended=*/true);
-  const AttentionBias bias = get_attention_bias(c);
-  const Expected want = get_out(c);
   return compare_paths(
       "attention_varlen_forward",
-      [&] { return attention_varlen_forward(q, k, v, cu_q, cu_k, bias, options); },
+      [&] { return attention_varlen_forward(b.q, b.k, b.v, cu_q, cu_k, b.bias, b.options); },
       "attention_varlen_reference",
-      [&] { return attention_varlen_reference(q, k, v, cu_q, cu_k, bias, options); }, want);
+      [&] { return attention_varlen_reference(b.q, b.k, b.v, cu_q, cu_k, b.bias, b.options); },
+      b.want);
 }
 
 // q [b, i, h, d], k_cache and v_cache [num_blocks, block_size, hk, d],
 // block_table {shape, data} [b, max_blocks], cache_seqlens a plain list.
 std::string check_attention_paged(const json& c, const CheckContext&) {
-  const Tensor q = get_ranked(c, "q", 4, "[b, i, h, d]");
-  const Tensor k = get_ranked(c, "k_cache", 4, "[num_blocks, block_size, hk, d]");
-  const Tensor v = get_ranked(c, "v_cache", 4, "[num_blocks, block_size, hk, d]");
+  const BatchCase b =
+      get_batch_case(c, 4, "[b, i, h, d]", "k_cache", "v_cache", "[num_blocks, block_size, hk, d]");
   const Tensor table = get_int32_tensor(c, "block_table");
-  const Tensor seqlens = get_int32_list(c, "cache_seqlens");
-  const AttentionOptions options = get_options(c, /*extended=*/true);
-  const AttentionBias bias = get_attention_bias(c);
-  const Expected want = get_out(c);
+  const Tensor lens = get_int32_list(c, "cache_seqlens");
   return compare_paths(
       "attention_kvcache_forward",
-      [&] { return attention_kvcache_forward(q, k, v, seqlens, table, bias, options); },
+      [&] { return attention_kvcache_forward(b.q, b.k, b.v, lens, table, b.bias, b.options); },
       "attention_kvcache_reference",
-      [&] { return attention_kvcache_reference(q, k, v, seqlens, table, bias, options); }, want);
+      [&] { return attention_kvcache_reference(b.q, b.k, b.v, lens, table, b.bias, b.options); },
+      b.want);
 }
 
 }  // namespace posbias::cli::golden
