@@ -285,14 +285,9 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   }
   const std::int64_t base_tasks = base_tasks_hg1 / bl.hg;
   if (splits <= 0) {
-    // Decode has few (sequence, head) tasks, each a long key range: split
-    // the keys until every thread has about 8 tasks, so that a thread the
-    // machine delays does not leave the others spinning at the end (on the
-    // shared 2-core machine, 8 grouped-query tasks on 2 threads spent 24%
-    // of the time in libgomp's wait). The merge is O(rows d) per split.
     splits = 1;
-    if (base_tasks < 8 * threads && bl.nkb >= 2) {
-      splits = std::min<std::int64_t>(bl.nkb, (8 * threads + base_tasks - 1) / base_tasks);
+    if (base_tasks < threads && bl.nkb >= 2) {
+      splits = std::min<std::int64_t>(bl.nkb, (2 * threads + base_tasks - 1) / base_tasks);
     }
   }
   bl.splits =
