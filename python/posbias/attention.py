@@ -57,7 +57,9 @@ def check_attention_args(q, k, v, bias=None, slopes=None, table=None, dense=None
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[str] = None, *,
               slopes: Optional[torch.Tensor] = None, table: Optional[torch.Tensor] = None,
               dense: Optional[torch.Tensor] = None, scale: Optional[float] = None,
-              causal: bool = False) -> torch.Tensor:
+              causal: bool = False, q_offset: Optional[int] = None,
+              window: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+              key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Fused attention with a positional bias:
     ``softmax(scale * q @ k^T + bias, mask) @ v`` (softmax in float32).
 
@@ -76,8 +78,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
 
     Differentiable with respect to q, k, v, slopes (learned ALiBi), table and
     dense. Returns [b, h, i, d]
-    in q's dtype."""
+    in q's dtype.
+
+    Options (the core's AttentionOptions, also in the backward): q_offset
+    (int: row r sits at q_offset + r instead of j - i + r), window (left,
+    right): key c visible iff q_r - left <= c <= q_r + right, -1 unbounded;
+    softcap > 0: the score becomes softcap * tanh(scale q.k / softcap) before
+    the bias; key_mask bool or uint8 [b, j], 0 = masked key (Hugging Face's
+    attention_mask). slopes may also be [b, h] (one set per sequence)."""
     kind, scale = check_attention_args(q, k, v, bias, slopes, table, dense, scale, causal)
+    if q_offset is not None or tuple(window) != (-1, -1) or softcap != 0.0 or key_mask is not None:
+        from .batches import attention_options
+        pick = {name: (t if kind == name else None)
+                for name, t in (("alibi", slopes), ("table", table), ("dense", dense))}
+        return attention_options(q, k, v, pick["alibi"], pick["table"], pick["dense"], scale,
+                                 causal, q_offset, window, softcap, key_mask)[0]
     return torch.ops.posbias.attention(q, k, v, kind, slopes, table, dense, scale, causal)
 
 

@@ -1,0 +1,167 @@
+"""Attention's options and batch layouts (issues 16 and 17), FlashAttention-2's
+names and layouts: the dense call's q_offset / window / softcap / key_mask
+(autograd through posbias.attention), packed variable-length batches
+(attention_varlen, autograd) and attention against a KV cache, paged or not
+(attention_with_kvcache, forward only). Each is one core call; shapes, dtypes
+and values are checked there (ValueError / TypeError with its message)."""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _checks
+from ._library import load as _load
+
+_load()
+
+_ops = torch.ops.posbias
+
+
+def check_window(who: str, window) -> Tuple[int, int]:
+    """(left, right) of a window given as a pair of ints (-1: unbounded)."""
+    if (not isinstance(window, (tuple, list)) or len(window) != 2 or
+            not all(isinstance(w, int) and not isinstance(w, bool) for w in window)):
+        raise TypeError(f"posbias: {who}: window must be a pair of ints (left, right), "
+                        f"-1 for an unbounded side, got {window!r}")
+    return int(window[0]), int(window[1])
+
+
+def _check_common(who, tensors, causal, softcap, scale):
+    for name, t in tensors.items():
+        if t is not None:
+            _checks.check_tensor(f"{who}: {name}", t)
+    if not isinstance(causal, bool):
+        raise TypeError(f"posbias: {who}: causal must be a bool, got {type(causal).__name__}")
+    softcap = _checks.check_float(f"{who}: softcap", softcap, finite=False)
+    scale = _checks.check_float(f"{who}: softmax_scale", scale, finite=False)
+    return (0.0 if softcap is None else softcap), scale
+
+
+def _grad_like(g, t):
+    """The gradient g of tensor t in t's dtype, or None when t needs none."""
+    if t is None or g is None or not t.requires_grad:
+        return None
+    return g.to(t.dtype).view(t.shape)
+
+
+class _OptionsAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, slopes, table, dense, key_mask, cfg):
+        out, lse = _ops.attention_options_forward(q, k, v, slopes, table, dense, *cfg, key_mask)
+        ctx.save_for_backward(q, k, v, slopes, table, dense, key_mask, out, lse)
+        ctx.cfg = cfg
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, slopes, table, dense, key_mask, out, lse = ctx.saved_tensors
+        g = _ops.attention_options_backward(q, k, v, slopes, table, dense, *ctx.cfg, key_mask,
+                                            out, lse, grad_out.contiguous())
+        return (g[0], g[1], g[2], _grad_like(g[3], slopes), _grad_like(g[4], table),
+                _grad_like(g[5], dense), None, None)
+
+
+def attention_options(q, k, v, slopes, table, dense, scale, causal, q_offset, window, softcap,
+                      key_mask):
+    """The dense attention with options: (out, lse), differentiable in out."""
+    left, right = check_window("attention", window)
+    if q_offset is not None and (not isinstance(q_offset, int) or isinstance(q_offset, bool)):
+        raise TypeError(f"posbias: attention: q_offset must be an int or None, got "
+                        f"{type(q_offset).__name__}")
+    softcap, _ = _check_common("attention", {"key_mask": key_mask}, causal, softcap, None)
+    cfg = (scale, causal, q_offset, left, right, softcap)
+    return _OptionsAttention.apply(q, k, v, slopes, table, dense, key_mask, cfg)
+
+
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, slopes, table, cfg):
+        out, lse = _ops.attention_varlen_forward(q, k, v, cu_q, cu_k, slopes, table, *cfg)
+        ctx.save_for_backward(q, k, v, cu_q, cu_k, slopes, table, out, lse)
+        ctx.cfg = cfg
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, cu_q, cu_k, slopes, table, out, lse = ctx.saved_tensors
+        g = _ops.attention_varlen_backward(q, k, v, cu_q, cu_k, slopes, table, *ctx.cfg, out, lse,
+                                           grad_out.contiguous())
+        return (g[0], g[1], g[2], None, None, _grad_like(g[3], slopes), _grad_like(g[4], table),
+                None)
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                     max_seqlen_k: int, dropout_p: float = 0.0,
+                     softmax_scale: Optional[float] = None, causal: bool = False,
+                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                     alibi_slopes: Optional[torch.Tensor] = None,
+                     distance_table: Optional[torch.Tensor] = None,
+                     return_softmax_lse: bool = False):
+    """Attention over sequences packed without padding, as FlashAttention-2's
+    flash_attn_varlen_func: q [total_q, h, d], k, v [total_k, hk, d]
+    (h % hk == 0), cu_seqlens_q / cu_seqlens_k int32 [b + 1] (cumulative
+    lengths from 0). Sequence s's queries are its last positions (bottom-right).
+    max_seqlen_q / max_seqlen_k are accepted for compatibility (the lengths are
+    read from cu_seqlens). dropout_p must be 0. Bias: alibi_slopes [h] or
+    [b, h] (-slope |q_pos - k_pos|) or distance_table [h, n] (n odd, read at
+    its centre); causal, window_size (left, right; -1 unbounded), softcap.
+    Differentiable w.r.t. q, k, v, alibi_slopes and distance_table. Returns
+    out [total_q, h, d] in q's dtype, or (out, lse float32 [h, total_q]) with
+    return_softmax_lse."""
+    who = "attention_varlen"
+    if dropout_p != 0.0:
+        raise ValueError(f"posbias: {who}: dropout_p must be 0 (no dropout), got {dropout_p!r}")
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"posbias: {who}: {name} must be an int, got {type(n).__name__}")
+    if alibi_slopes is not None and distance_table is not None:
+        raise ValueError(f"posbias: {who}: give at most one of alibi_slopes and distance_table")
+    left, right = check_window(who, window_size)
+    softcap, scale = _check_common(
+        who, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+              "alibi_slopes": alibi_slopes, "distance_table": distance_table},
+        causal, softcap, softmax_scale)
+    cfg = (scale, causal, left, right, softcap)
+    out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                                      distance_table, cfg)
+    return (out, lse) if return_softmax_lse else out
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor] = None,
+                           k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           alibi_slopes: Optional[torch.Tensor] = None,
+                           distance_table: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Attention of new queries against a KV cache, as FlashAttention-2's
+    flash_attn_with_kvcache (forward only): q [b, i, h, d]; cache_seqlens int32
+    [b]; with block_table int32 [b, max_blocks], k_cache and v_cache are paged
+    [num_blocks, block_size, hk, d], without it one slab per sequence
+    [b, max_len, hk, d]. When k and v [b, n, hk, d] are given they are first
+    written into the caches (in place) at positions cache_seqlens[s] ..
+    cache_seqlens[s] + n - 1, and attention reads cache_seqlens + n keys
+    (cache_seqlens itself is not changed). The queries are each sequence's
+    last i positions. Returns out [b, i, h, d] in q's dtype."""
+    who = "attention_with_kvcache"
+    if (k is None) != (v is None):
+        raise ValueError(f"posbias: {who}: give both k and v or neither")
+    if alibi_slopes is not None and distance_table is not None:
+        raise ValueError(f"posbias: {who}: give at most one of alibi_slopes and distance_table")
+    left, right = check_window(who, window_size)
+    softcap, scale = _check_common(
+        who, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
+              "block_table": block_table, "k": k, "v": v, "alibi_slopes": alibi_slopes,
+              "distance_table": distance_table}, causal, softcap, softmax_scale)
+    seqlens = cache_seqlens
+    if k is not None:
+        if k.dim() != 4:
+            raise ValueError(f"posbias: {who}: k must be [b, n, hk, d], got {tuple(k.shape)}")
+        with torch.no_grad():
+            _ops.kvcache_append(k_cache, v_cache, cache_seqlens, block_table, k, v)
+        seqlens = (cache_seqlens + k.shape[1]).to(cache_seqlens.dtype)
+    with torch.no_grad():
+        return _ops.attention_kvcache(q, k_cache, v_cache, seqlens, block_table, alibi_slopes,
+                                      distance_table, scale, causal, left, right, softcap)

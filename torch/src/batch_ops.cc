@@ -1,0 +1,252 @@
+// The ops of attention's options and batch layouts (issues 16 and 17), a
+// fragment of the posbias op library: forward and backward of dense
+// attention with q_offset / window / softcap / key_mask, of packed
+// variable-length batches (FlashAttention-2's varlen layout), attention
+// against a KV cache and kvcache_append. CPU kernels only: each is one core
+// call (the core checks every argument; its messages reach Python as
+// ValueError). Autograd is posbias.attention's torch.autograd.Function
+// (python/posbias/batches.py), whose backward calls the *_backward ops.
+#include <torch/library.h>
+
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "core_bridge.h"
+#include "posbias/attention.h"
+
+namespace posbias {
+namespace {
+
+using torch_bridge::as_float32;
+using torch_bridge::check_cpu;
+using torch_bridge::core_call;
+using torch_bridge::dtype_of;
+using torch_bridge::to_torch;
+using torch_bridge::vector_tensor;
+using torch_bridge::view_of;
+
+using OptT = c10::optional<at::Tensor>;
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+bool given(const OptT& t) { return t.has_value() && t->defined(); }
+
+// The bias and options of a call, with the float32 copies they view.
+struct Call {
+  AttentionBias bias;
+  AttentionOptions options;
+  at::Tensor table32, dense32, mask;
+};
+
+Call make_call(const char* who, const OptT& slopes, const OptT& table, const OptT& dense,
+               c10::optional<double> scale, bool causal, c10::optional<int64_t> q_offset,
+               int64_t left, int64_t right, double softcap, const OptT& key_mask) {
+  Call c;
+  TORCH_CHECK_VALUE(given(slopes) + given(table) + given(dense) <= 1, "posbias.", who,
+                    ": give at most one of slopes, table and dense");
+  if (given(slopes)) {
+    const at::Tensor s = as_float32(*slopes, who, "slopes").contiguous();
+    TORCH_CHECK_VALUE(s.dim() == 1 || s.dim() == 2, "posbias.", who,
+                      ": slopes must be [h] or [b, h], got shape ", s.sizes());
+    c.bias = AttentionBias::alibi(
+        std::vector<float>(s.data_ptr<float>(), s.data_ptr<float>() + s.numel()));
+  } else if (given(table)) {
+    c.table32 = as_float32(*table, who, "table");
+    c.bias = AttentionBias::distance_table(view_of(c.table32, DType::kFloat32));
+  } else if (given(dense)) {
+    c.dense32 = as_float32(*dense, who, "dense");
+    c.bias = AttentionBias::dense_bias(view_of(c.dense32, DType::kFloat32));
+  }
+  if (scale) {
+    TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.", who, ": scale must be finite, got ",
+                      *scale);
+    c.options.scale = static_cast<float>(*scale);
+  }
+  c.options.causal = causal;
+  if (q_offset) c.options.q_offset = *q_offset;
+  c.options.window = AttentionWindow{left, right};
+  c.options.softcap = static_cast<float>(softcap);
+  if (given(key_mask)) {
+    check_cpu(*key_mask, who, "key_mask");
+    const at::ScalarType st = key_mask->scalar_type();
+    TORCH_CHECK_TYPE(st == at::kBool || st == at::kByte, "posbias.", who,
+                     ": key_mask must be bool or uint8, got ", st);
+    c.mask = *key_mask;
+    c.options.key_mask = view_of(c.mask, st == at::kBool ? DType::kBool : DType::kUInt8);
+  }
+  return c;
+}
+
+// q, k, v as core views: one float dtype for q, one for k and v (the core
+// checks the pair).
+std::vector<Tensor> qkv(const char* who, const at::Tensor& q, const at::Tensor& k,
+                        const at::Tensor& v) {
+  check_cpu(q, who, "q");
+  check_cpu(k, who, "k");
+  check_cpu(v, who, "v");
+  return {view_of(q, dtype_of(q, who, "q")), view_of(k, dtype_of(k, who, "k")),
+          view_of(v, dtype_of(v, who, "v"))};
+}
+
+Tensor int_view(const char* who, const at::Tensor& t, const char* name) {
+  check_cpu(t, who, name);
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt, "posbias.", who, ": ", name, " must be int32, got ",
+                   t.scalar_type());
+  return view_of(t, DType::kInt32);
+}
+
+Tensor block_view(const char* who, const OptT& block_table) {
+  return given(block_table) ? int_view(who, *block_table, "block_table") : Tensor();
+}
+
+// The core's gradients as torch tensors; a kind without a gradient gives an
+// empty float32 tensor (an op returns no undefined tensor).
+Grads to_grads(const AttentionGradients& g, const OptT& slopes, const OptT& table,
+               const OptT& dense) {
+  at::Tensor gs = at::empty({0}, at::kFloat), gt = gs, gd = gs;
+  if (given(slopes) && !g.grad_slopes.empty()) {
+    gs = vector_tensor(g.grad_slopes).view(slopes->sizes());
+  }
+  if (given(table)) gt = to_torch(g.grad_table);
+  if (given(dense)) gd = to_torch(g.grad_dense);
+  return {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v), gs, gt, gd};
+}
+
+Tensor go_view(const char* who, const at::Tensor& go, const at::Tensor& out) {
+  check_cpu(go, who, "grad_out");
+  const at::Tensor g = go.scalar_type() == out.scalar_type() ? go : go.to(out.scalar_type());
+  return view_of(g, dtype_of(g, who, "grad_out"));
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_options_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptT& slopes,
+    const OptT& table, const OptT& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
+    const OptT& key_mask) {
+  const char* who = "attention";
+  const Call c =
+      make_call(who, slopes, table, dense, scale, causal, q_offset, left, right, softcap, key_mask);
+  const std::vector<Tensor> t = qkv(who, q, k, v);
+  const AttentionForwardResult r =
+      core_call([&] { return attention_forward_lse(t[0], t[1], t[2], c.bias, c.options); });
+  return {to_torch(r.out), to_torch(r.lse)};
+}
+
+Grads attention_options_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const OptT& slopes, const OptT& table, const OptT& dense,
+                                 c10::optional<double> scale, bool causal,
+                                 c10::optional<int64_t> q_offset, int64_t left, int64_t right,
+                                 double softcap, const OptT& key_mask, const at::Tensor& out,
+                                 const at::Tensor& lse, const at::Tensor& grad_out) {
+  const char* who = "attention_backward";
+  const Call c =
+      make_call(who, slopes, table, dense, scale, causal, q_offset, left, right, softcap, key_mask);
+  const std::vector<Tensor> t = qkv(who, q, k, v);
+  const Tensor go = go_view(who, grad_out, out);
+  const Tensor o = view_of(out, dtype_of(out, who, "out"));
+  const Tensor l = view_of(as_float32(lse, who, "lse"), DType::kFloat32);
+  const AttentionGradients g =
+      core_call([&] { return attention_backward(t[0], t[1], t[2], c.bias, c.options, o, l, go); });
+  return to_grads(g, slopes, table, dense);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_forward_op(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
+    const at::Tensor& cu_k, const OptT& slopes, const OptT& table, c10::optional<double> scale,
+    bool causal, int64_t left, int64_t right, double softcap) {
+  const char* who = "attention_varlen";
+  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+                           right, softcap, c10::nullopt);
+  const std::vector<Tensor> t = qkv(who, q, k, v);
+  const Tensor cq = int_view(who, cu_q, "cu_seqlens_q"), ck = int_view(who, cu_k, "cu_seqlens_k");
+  const AttentionForwardResult r = core_call(
+      [&] { return attention_varlen_forward_lse(t[0], t[1], t[2], cq, ck, c.bias, c.options); });
+  return {to_torch(r.out), to_torch(r.lse)};
+}
+
+Grads attention_varlen_backward_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& cu_q, const at::Tensor& cu_k,
+                                   const OptT& slopes, const OptT& table,
+                                   c10::optional<double> scale, bool causal, int64_t left,
+                                   int64_t right, double softcap, const at::Tensor& out,
+                                   const at::Tensor& lse, const at::Tensor& grad_out) {
+  const char* who = "attention_varlen_backward";
+  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+                           right, softcap, c10::nullopt);
+  const std::vector<Tensor> t = qkv(who, q, k, v);
+  const Tensor cq = int_view(who, cu_q, "cu_seqlens_q"), ck = int_view(who, cu_k, "cu_seqlens_k");
+  const Tensor go = go_view(who, grad_out, out);
+  const Tensor o = view_of(out, dtype_of(out, who, "out"));
+  const Tensor l = view_of(as_float32(lse, who, "lse"), DType::kFloat32);
+  const AttentionGradients g = core_call([&] {
+    return attention_varlen_backward(t[0], t[1], t[2], cq, ck, c.bias, c.options, o, l, go);
+  });
+  return to_grads(g, slopes, table, c10::nullopt);
+}
+
+at::Tensor attention_kvcache_op(const at::Tensor& q, const at::Tensor& k_cache,
+                                const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
+                                const OptT& block_table, const OptT& slopes, const OptT& table,
+                                c10::optional<double> scale, bool causal, int64_t left,
+                                int64_t right, double softcap) {
+  const char* who = "attention_with_kvcache";
+  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+                           right, softcap, c10::nullopt);
+  const std::vector<Tensor> t = qkv(who, q, k_cache, v_cache);
+  const Tensor sl = int_view(who, cache_seqlens, "cache_seqlens");
+  const Tensor bt = block_view(who, block_table);
+  return core_call([&] {
+    return to_torch(attention_kvcache_forward(t[0], t[1], t[2], sl, bt, c.bias, c.options));
+  });
+}
+
+void kvcache_append_op(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                       const at::Tensor& cache_seqlens, const OptT& block_table,
+                       const at::Tensor& k, const at::Tensor& v) {
+  const char* who = "kvcache_append";
+  std::vector<Tensor> caches = qkv(who, k_cache, k_cache, v_cache);
+  const std::vector<Tensor> kv = qkv(who, k, k, v);
+  const Tensor sl = int_view(who, cache_seqlens, "cache_seqlens");
+  const Tensor bt = block_view(who, block_table);
+  core_call([&] { kvcache_append(caches[0], caches[2], sl, bt, kv[0], kv[2]); });
+}
+
+}  // namespace
+}  // namespace posbias
+
+TORCH_LIBRARY_FRAGMENT(posbias, m) {
+  m.def(
+      "attention_options_forward(Tensor q, Tensor k, Tensor v, Tensor? slopes, Tensor? table, "
+      "Tensor? dense, float? scale, bool causal, int? q_offset, int window_left, int "
+      "window_right, float softcap, Tensor? key_mask) -> (Tensor out, Tensor lse)");
+  m.def(
+      "attention_options_backward(Tensor q, Tensor k, Tensor v, Tensor? slopes, Tensor? table, "
+      "Tensor? dense, float? scale, bool causal, int? q_offset, int window_left, int "
+      "window_right, float softcap, Tensor? key_mask, Tensor out, Tensor lse, Tensor grad_out) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "attention_varlen_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor "
+      "cu_seqlens_k, Tensor? slopes, Tensor? table, float? scale, bool causal, int window_left, "
+      "int window_right, float softcap) -> (Tensor out, Tensor lse)");
+  m.def(
+      "attention_varlen_backward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor "
+      "cu_seqlens_k, Tensor? slopes, Tensor? table, float? scale, bool causal, int window_left, "
+      "int window_right, float softcap, Tensor out, Tensor lse, Tensor grad_out) -> (Tensor, "
+      "Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "attention_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+      "Tensor? block_table, Tensor? slopes, Tensor? table, float? scale, bool causal, int "
+      "window_left, int window_right, float softcap) -> Tensor");
+  m.def(
+      "kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, Tensor? "
+      "block_table, Tensor k, Tensor v) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(posbias, CPU, m) {
+  m.impl("attention_options_forward", TORCH_FN(posbias::attention_options_forward));
+  m.impl("attention_options_backward", TORCH_FN(posbias::attention_options_backward));
+  m.impl("attention_varlen_forward", TORCH_FN(posbias::attention_varlen_forward_op));
+  m.impl("attention_varlen_backward", TORCH_FN(posbias::attention_varlen_backward_op));
+  m.impl("attention_kvcache", TORCH_FN(posbias::attention_kvcache_op));
+  m.impl("kvcache_append", TORCH_FN(posbias::kvcache_append_op));
+}
