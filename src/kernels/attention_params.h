@@ -80,10 +80,13 @@ struct AttentionParams {
   // + x] (slopes_seq_stride 0: one set for every sequence, h: [b, h]).
   const float* slopes = nullptr;
   std::int64_t slopes_seq_stride = 0;
-  // kTable: per head, the user's n = 2 table_centre + 1 entries reversed
-  // once (increasing key order, so a row's window is read forwards), padded
-  // by at least 16 floats: entry (c - qpos) + table_centre is the bias of the
-  // query at position qpos and key c.
+  // kTable: per head, the entries |rel| <= table_centre of the user's table
+  // (read at its own centre (n - 1) / 2; zeros past its ends) reversed once
+  // (increasing key order, so a row's window is read forwards), with 16
+  // floats before and at least 16 after: entry (c - qpos) + table_centre is
+  // the bias of the query at position qpos and key c. table_centre is the
+  // reach the front copied (every visible distance and every |rel| < j),
+  // not necessarily the user's centre.
   const float* rtable = nullptr;
   std::int64_t table_centre = 0;
   std::int64_t rtable_stride = 0;     // between heads
