@@ -50,8 +50,9 @@ AttentionBias AttentionBias::dense_bias(Tensor bias) {
 namespace detail {
 
 void AttentionCall::fail(const std::string& what) const {
-  throw std::invalid_argument(std::string(who) + ": " + what + " (q " + shape_string(q->shape()) +
-                              ", k " + shape_string(k->shape()) + ", v " +
+  throw std::invalid_argument(std::string(who) + ": " + what + " (" + names[0] + " " +
+                              shape_string(q->shape()) + ", " + names[1] + " " +
+                              shape_string(k->shape()) + ", " + names[2] + " " +
                               shape_string(v->shape()) + ")");
 }
 
@@ -68,12 +69,13 @@ std::string num(std::int64_t x) { return std::to_string(x); }
 void check_attention_dtypes(AttentionCall& call) {
   const DType qt = call.q->dtype(), kt = call.k->dtype(), vt = call.v->dtype();
   const bool same = qt == kt && qt == vt && is_float_dtype(qt);
-  const bool mixed = qt == DType::kFloat32 && kt == vt &&
-                     (kt == DType::kBFloat16 || kt == DType::kFloat16);
+  const bool mixed =
+      qt == DType::kFloat32 && kt == vt && (kt == DType::kBFloat16 || kt == DType::kFloat16);
   if (!same && !mixed) {
-    call.fail("q, k and v must be of one dtype (float32, bfloat16 or float16), or q float32 "
-              "with k and v both bfloat16 or both float16; got " +
-              dtype_name(qt) + ", " + dtype_name(kt) + ", " + dtype_name(vt));
+    call.fail(
+        "q, k and v must be of one dtype (float32, bfloat16 or float16), or q float32 "
+        "with k and v both bfloat16 or both float16; got " +
+        dtype_name(qt) + ", " + dtype_name(kt) + ", " + dtype_name(vt));
   }
   call.p.dtype = qt;
   call.p.kv_dtype = kt;
@@ -83,8 +85,8 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
   AttentionParams& p = call.p;
   if (p.d < 1) call.fail("d must be >= 1, got " + num(p.d));
   if (p.hk < 1 ? p.h != 0 : p.h % p.hk != 0) {
-    call.fail("the query heads h = " + num(p.h) + " must be a multiple of the key/value heads hk = " +
-              num(p.hk));
+    call.fail("the query heads h = " + num(p.h) +
+              " must be a multiple of the key/value heads hk = " + num(p.hk));
   }
   const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
   if (!std::isfinite(scale)) call.fail("scale must be finite, got " + std::to_string(scale));
@@ -104,9 +106,10 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
   const bool has_mask = !(mask.numel() == 0 && mask.dim() != 2);
   if (ragged) {
     if (options.q_offset) {
-      call.fail("q_offset is for dense calls only (packed and paged queries are the last of "
-                "each sequence), got " +
-                num(*options.q_offset));
+      call.fail(
+          "q_offset is for dense calls only (packed and paged queries are the last of "
+          "each sequence), got " +
+          num(*options.q_offset));
     }
     if (has_mask) {
       call.fail("key_mask is for dense calls only, got " + dtype_name(mask.dtype()) + " " +
@@ -168,8 +171,9 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
     case AttentionBiasKind::kDense: {
       const Tensor& t = bias.dense;
       if (ragged) {
-        call.fail("a dense bias has no packed or paged layout; use ALiBi or a distance table (got " +
-                  shape_string(t.shape()) + ")");
+        call.fail(
+            "a dense bias has no packed or paged layout; use ALiBi or a distance table (got " +
+            shape_string(t.shape()) + ")");
       }
       const std::int64_t target[4] = {p.b, p.h, p.i, p.j};
       const std::string msg = "the dense bias " + shape_string(t.shape()) + " (" +
@@ -198,14 +202,16 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
 std::int64_t longest_visible_distance(const AttentionParams& p) {
   std::int64_t most = -1;
   // Dense calls: every sequence has the same rows and keys.
-  const std::int64_t seqs = p.cu_q == nullptr && p.seqlen_k == nullptr ? std::min<std::int64_t>(p.b, 1) : p.b;
+  const std::int64_t seqs =
+      p.cu_q == nullptr && p.seqlen_k == nullptr ? std::min<std::int64_t>(p.b, 1) : p.b;
   for (std::int64_t s = 0; s < seqs; ++s) {
     const Sequence sq = sequence(p, s);
     for (std::int64_t r = 0; r < sq.i; ++r) {
       const std::int64_t qpos = sq.q_offset + r;
       const KeyRange kr = visible_keys(p, sq.j, qpos);
       if (kr.end <= kr.begin) continue;
-      most = std::max<std::int64_t>({most, std::llabs(qpos - kr.begin), std::llabs(kr.end - 1 - qpos)});
+      most = std::max<std::int64_t>(
+          {most, std::llabs(qpos - kr.begin), std::llabs(kr.end - 1 - qpos)});
     }
   }
   return most;
@@ -253,8 +259,8 @@ void finish_attention_table(AttentionCall& call, const AttentionBias& bias) {
 namespace {
 
 using detail::AttentionCall;
-using detail::shape_string;
 using detail::AttentionParams;
+using detail::shape_string;
 
 // Checks a dense call (q [b, h, i, d], k, v [b, hk, j, d]) and describes it
 // in call.p; allocates only the reversed table, after every check.

@@ -28,12 +28,16 @@ struct AttentionCall {
   std::vector<std::int32_t> seqlen_k;    // KV cache lengths
   std::vector<std::int32_t> blocks;      // KV cache block table, contiguous [b, max_blocks]
 
+  // How fail() names the three tensors (kvcache_append: k_new and the caches).
+  const char* names[3] = {"q", "k", "v"};
+
   AttentionCall(const char* who_, const Tensor& q_, const Tensor& k_, const Tensor& v_)
       : who(who_), q(&q_), k(&k_), v(&v_) {}
   AttentionCall(const AttentionCall&) = delete;
   AttentionCall& operator=(const AttentionCall&) = delete;
 
-  // std::invalid_argument "<who>: <what> (q [..], k [..], v [..])".
+  // std::invalid_argument "<who>: <what> (q [..], k [..], v [..])", with
+  // the tensors called by `names`.
   [[noreturn]] void fail(const std::string& what) const;
 };
 

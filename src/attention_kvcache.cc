@@ -210,7 +210,8 @@ void describe_kvcache(AttentionCall& call, const Tensor& cache_seqlens, const Te
   check_cache(call, k, *call.v, cache_seqlens, block_table, p.b, 0);
   p.hk = k.size(2);
   if (k.size(3) != p.d) call.fail("q and the cache must have the same head dimension d");
-  for (std::int64_t s = 0; s < p.b; ++s) p.j = std::max<std::int64_t>(p.j, index_at(cache_seqlens, s));
+  for (std::int64_t s = 0; s < p.b; ++s)
+    p.j = std::max<std::int64_t>(p.j, index_at(cache_seqlens, s));
   detail::check_attention_options(call, options, /*ragged=*/true);
   detail::check_attention_bias(call, bias, /*ragged=*/true);
   call.seqlen_k = copy_index(cache_seqlens);
@@ -235,8 +236,8 @@ void describe_kvcache(AttentionCall& call, const Tensor& cache_seqlens, const Te
     for (std::int64_t s = 0; s < p.b; ++s) {
       for (std::int64_t e = 0; e < mb; ++e) {
         call.blocks[static_cast<std::size_t>(s * mb + e)] =
-            block_table.data<std::int32_t>()[s * block_table.strides()[0] +
-                                             e * block_table.strides()[1]];
+            block_table
+                .data<std::int32_t>()[s * block_table.strides()[0] + e * block_table.strides()[1]];
       }
     }
     p.block_table = call.blocks.data();
@@ -326,8 +327,8 @@ AttentionGradients attention_varlen_backward(const Tensor& q, const Tensor& k, c
   describe_varlen(call, cu_seqlens_q, cu_seqlens_k, bias, options);
   AttentionParams& p = call.p;
   const std::int64_t total_q = q.size(0);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"out", &out},
-                                {"grad_out", &grad_out}}) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor*>{"out", &out}, {"grad_out", &grad_out}}) {
     if (t->shape() != std::vector<std::int64_t>{total_q, p.h, p.d} || t->dtype() != q.dtype()) {
       call.fail(std::string(name) + " must be " + dtype_name(q.dtype()) + " " +
                 shape_string({total_q, p.h, p.d}) + ", got " + dtype_name(t->dtype()) + " " +
@@ -371,12 +372,16 @@ Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const
 void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlens,
                     const Tensor& block_table, const Tensor& k_new, const Tensor& v_new) {
   AttentionCall call("kvcache_append", k_new, k_cache, v_cache);
+  call.names[0] = "k_new";
+  call.names[1] = "k_cache";
+  call.names[2] = "v_cache";
   if (k_new.dim() != 4 || k_new.shape() != v_new.shape() || !is_float(k_new.dtype()) ||
       !is_float(v_new.dtype())) {
-    call.fail("k_new and v_new must be float32, bfloat16 or float16 [b, n, hk, d] of one shape, "
-              "got " +
-              dtype_name(k_new.dtype()) + " " + shape_string(k_new.shape()) + " and " +
-              dtype_name(v_new.dtype()) + " " + shape_string(v_new.shape()));
+    call.fail(
+        "k_new and v_new must be float32, bfloat16 or float16 [b, n, hk, d] of one shape, "
+        "got " +
+        dtype_name(k_new.dtype()) + " " + shape_string(k_new.shape()) + " and " +
+        dtype_name(v_new.dtype()) + " " + shape_string(v_new.shape()));
   }
   const std::int64_t b = k_new.size(0), n = k_new.size(1), hk = k_new.size(2), d = k_new.size(3);
   check_cache(call, k_cache, v_cache, cache_seqlens, block_table, b, n);

@@ -225,12 +225,13 @@ struct AttentionGradients {
 /// reference to about 1e-5 + 1e-4 |g| (relative to the largest gradients of
 /// a tensor for long rows).
 ///
-/// Threads: OpenMP over (b, h) (one task owns a head; fewer heads than
-/// threads leaves threads idle); results do not depend on the thread count
-/// (each head is one task; the GQA and batch sums run in a fixed order).
-/// Memory: float32 dK and dV per query head ([b, h, j, d] each, summed into
-/// [b, hk, j, d] at the end) plus per thread the packed q, dO, K, K^T, V^T
-/// and dQ of one head.
+/// Threads: OpenMP over (sequence, head) tasks, longest sequences first (one
+/// task owns a head; fewer tasks than threads leaves threads idle); results
+/// do not depend on the thread count (the GQA and batch sums run in a fixed
+/// order). Memory: with grouped-query heads (hk < h), float32 dK and dV per
+/// query head ([b, h, j, d] each, summed into [b, hk, j, d] at the end);
+/// without, each task stores its own dK and dV. Plus per thread the packed
+/// q, dO, K, K^T, V^T and dQ of one head.
 ///
 /// Errors: those of attention_forward(), plus std::invalid_argument with the
 /// shapes for an out, grad_out or lse of the wrong shape or dtype.
