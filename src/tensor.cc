@@ -187,7 +187,10 @@ Tensor Tensor::from_blob(void* data, const std::vector<std::int64_t>& shape,
       throw std::invalid_argument("Tensor::from_blob: negative extent or stride in dimension " +
                                   std::to_string(k));
     }
-    n *= shape[k];
+    // Saturates: a view may describe more elements than int64 counts (a
+    // stride-0 broadcast of a huge extent); n is only compared with 0 and
+    // printed.
+    if (__builtin_mul_overflow(n, shape[k], &n)) n = std::numeric_limits<std::int64_t>::max();
   }
   if (data == nullptr && n != 0) {
     throw std::invalid_argument("Tensor::from_blob: null data for " + std::to_string(n) +
