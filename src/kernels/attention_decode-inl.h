@@ -168,6 +168,15 @@ void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::
   PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols, w.v.get(), dp, dp);
 }
 
+// One key block [c0, c0 + max_lim) of a direct (decode) task: scores,
+// the online-softmax update, then O = alpha O + P V.
+void DirectBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
+                 std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+  ScoresDirect(df, p, t, c0, max_lim, cols, w);
+  SoftmaxBlock(df, p, t, c0, cols, w);
+  ValuesDirect(df, p, t, dp, c0, max_lim, cols, w);
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace posbias::detail

@@ -202,24 +202,6 @@ const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlock
   return vp;
 }
 
-// Bias, mask and the online-softmax update of every row of the task over
-// the block at key c0: w.s becomes P, w.alpha the rescale factors.
-void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                  std::int64_t cols, AttentionWork& w) {
-  for (std::int64_t r = 0; r < t.rows; ++r) {
-    float* srow = w.s.get() + r * cols;
-    std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
-    const std::int64_t qr = t.r0 + r % t.br;
-    const RowBias rb = RowBiasOf(p, t.bb, t.hh + r / t.br, qr, TaskPosition(t, qr), c0, lim,
-                                 /*alibi_from_first_key=*/true, t.alibi_fold);
-    const float row_max = BiasMaskMax(df, rb, cols, lim, srow, w.first[static_cast<std::size_t>(r)],
-                                      p.key_mask != nullptr ? w.keep.get() : nullptr);
-    w.alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max, w.m[r], w.l[r]);
-  }
-}
-
-
-
 // The task over key blocks [kb0, kb1): leaves m, l, O (unnormalised) per
 // row in w.
 void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const AttentionTask& t,
@@ -235,9 +217,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) continue;
     const std::int64_t cols = AttnRoundUp(df, max_lim);
     if (t.direct) {
-      ScoresDirect(df, p, t, c0, max_lim, cols, w);
-      SoftmaxBlock(df, p, t, c0, cols, w);
-      ValuesDirect(df, p, t, bl.dp, c0, max_lim, cols, w);
+      DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, w);
     } else {
       const float* vp = ScoresBlocked(df, p, bl, t, kb, max_lim, cols, w);
       SoftmaxBlock(df, p, t, c0, cols, w);

@@ -203,6 +203,22 @@ HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float*
   }
 }
 
+// Bias, mask and the online-softmax update of every row of the task over
+// the block at key c0: w.s becomes P, w.alpha the rescale factors.
+void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                  std::int64_t cols, AttentionWork& w) {
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    float* srow = w.s.get() + r * cols;
+    std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
+    const std::int64_t qr = t.r0 + r % t.br;
+    const RowBias rb = RowBiasOf(p, t.bb, t.hh + r / t.br, qr, TaskPosition(t, qr), c0, lim,
+                                 /*alibi_from_first_key=*/true, t.alibi_fold);
+    const float row_max = BiasMaskMax(df, rb, cols, lim, srow, w.first[static_cast<std::size_t>(r)],
+                                      p.key_mask != nullptr ? w.keep.get() : nullptr);
+    w.alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max, w.m[r], w.l[r]);
+  }
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace posbias::detail
