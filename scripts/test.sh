@@ -133,13 +133,13 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
     -DPOSBIAS_BUILD_TORCH=OFF -DPOSBIAS_BUILD_TESTS=OFF -DPOSBIAS_BUILD_BENCHMARKS=OFF \
     -DPOSBIAS_BUILD_EXAMPLES=OFF -DPOSBIAS_INSTALL=OFF
   cmake --build "$fuzz_build_dir" --parallel "$jobs" --target posbias_fuzz_safetensors \
-    posbias_fuzz_golden posbias_fuzz_cli posbias_fuzz_attention
+    posbias_fuzz_golden posbias_fuzz_cli posbias_fuzz_attention posbias_fuzz_kvcache
 
   artifacts="${FUZZ_ARTIFACTS:-$fuzz_build_dir/artifacts}"
   mkdir -p "$artifacts"
   artifacts="$(cd "$artifacts" && pwd)"
   fuzz_tmp="$(mktemp -d)"  # removed by on_exit
-  for name in safetensors golden cli attention; do
+  for name in safetensors golden cli attention kvcache; do
     section "fuzz $name (${fuzz_seconds} s)"
     mkdir -p "$fuzz_tmp/$name"
     cp fuzz/corpus/"$name"/* "$fuzz_tmp/$name"/
