@@ -3,7 +3,9 @@ names and layouts: the dense call's q_offset / window / softcap / key_mask
 (autograd through posbias.attention), packed variable-length batches
 (attention_varlen, autograd) and attention against a KV cache, paged or not
 (attention_with_kvcache, forward only). Each is one core call; shapes, dtypes
-and values are checked there (ValueError / TypeError with its message)."""
+and values are checked there (ValueError / TypeError with its message).
+Autograd is the ops' own (torch::autograd::Functions in the op library,
+torch/src/batch_ops.cc), so C++ callers of the ops get the same gradients."""
 from typing import Optional, Tuple
 
 import torch
@@ -36,31 +38,6 @@ def _check_common(who, tensors, causal, softcap, scale):
     return (0.0 if softcap is None else softcap), scale
 
 
-def _grad_like(g, t):
-    """The gradient g of tensor t in t's dtype, or None when t needs none."""
-    if t is None or g is None or not t.requires_grad:
-        return None
-    return g.to(t.dtype).view(t.shape)
-
-
-class _OptionsAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, slopes, table, dense, key_mask, cfg):
-        out, lse = _ops.attention_options_forward(q, k, v, slopes, table, dense, *cfg, key_mask)
-        ctx.save_for_backward(q, k, v, slopes, table, dense, key_mask, out, lse)
-        ctx.cfg = cfg
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_lse):
-        q, k, v, slopes, table, dense, key_mask, out, lse = ctx.saved_tensors
-        g = _ops.attention_options_backward(q, k, v, slopes, table, dense, *ctx.cfg, key_mask,
-                                            out, lse, grad_out.contiguous())
-        return (g[0], g[1], g[2], _grad_like(g[3], slopes), _grad_like(g[4], table),
-                _grad_like(g[5], dense), None, None)
-
-
 def attention_options(q, k, v, slopes, table, dense, scale, causal, q_offset, window, softcap,
                       key_mask):
     """The dense attention with options: (out, lse), differentiable in out."""
@@ -69,26 +46,9 @@ def attention_options(q, k, v, slopes, table, dense, scale, causal, q_offset, wi
         raise TypeError(f"posbias: attention: q_offset must be an int or None, got "
                         f"{type(q_offset).__name__}")
     softcap, _ = _check_common("attention", {"key_mask": key_mask}, causal, softcap, None)
-    cfg = (scale, causal, q_offset, left, right, softcap)
-    return _OptionsAttention.apply(q, k, v, slopes, table, dense, key_mask, cfg)
-
-
-class _VarlenAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, slopes, table, cfg):
-        out, lse = _ops.attention_varlen_forward(q, k, v, cu_q, cu_k, slopes, table, *cfg)
-        ctx.save_for_backward(q, k, v, cu_q, cu_k, slopes, table, out, lse)
-        ctx.cfg = cfg
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_lse):
-        q, k, v, cu_q, cu_k, slopes, table, out, lse = ctx.saved_tensors
-        g = _ops.attention_varlen_backward(q, k, v, cu_q, cu_k, slopes, table, *ctx.cfg, out, lse,
-                                           grad_out.contiguous())
-        return (g[0], g[1], g[2], None, None, _grad_like(g[3], slopes), _grad_like(g[4], table),
-                None)
+    # The op's Autograd kernel (C++) differentiates out w.r.t. q, k, v and the bias tensors.
+    return _ops.attention_options_forward(q, k, v, slopes, table, dense, scale, causal, q_offset,
+                                          left, right, softcap, key_mask)
 
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -123,9 +83,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         who, {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
               "alibi_slopes": alibi_slopes, "distance_table": distance_table},
         causal, softcap, softmax_scale)
-    cfg = (scale, causal, left, right, softcap)
-    out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
-                                      distance_table, cfg)
+    out, lse = _ops.attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                                             distance_table, scale, causal, left, right, softcap)
     return (out, lse) if return_softmax_lse else out
 
 

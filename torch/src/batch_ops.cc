@@ -4,15 +4,24 @@
 // variable-length batches (FlashAttention-2's varlen layout), attention
 // against a KV cache and kvcache_append. CPU kernels only: each is one core
 // call (the core checks every argument; its messages reach Python as
-// ValueError). Autograd is posbias.attention's torch.autograd.Function
-// (python/posbias/batches.py), whose backward calls the *_backward ops.
+// ValueError). Autograd: the forward ops' Autograd kernels are
+// torch::autograd::Functions whose backward is the *_backward op's kernel,
+// so LibTorch C++ callers get gradients as Python does (gradients of q, k,
+// v, the slopes and the table or dense bias, in their dtypes and shapes);
+// the backward and KV-cache ops' Autograd kernels are their CPU kernels (no
+// gradient). Meta tensors reach the Meta kernels of meta_ops.h from every
+// Autograd kernel (as in ops.cc).
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <cmath>
+#include <initializer_list>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "core_bridge.h"
+#include "meta_ops.h"
 #include "posbias/attention.h"
 
 namespace posbias {
@@ -211,6 +220,206 @@ void kvcache_append_op(const at::Tensor& k_cache, const at::Tensor& v_cache,
   core_call([&] { kvcache_append(caches[0], caches[2], sl, bt, kv[0], kv[2]); });
 }
 
+// ---------------------------------------------------------------------------
+// Autograd.
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+OptT opt(const at::Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
+
+at::Tensor or_undefined(const OptT& t) { return given(t) ? *t : at::Tensor(); }
+
+// A float32 gradient g of the input t in t's dtype and shape; undefined when
+// t was not given or the kind has no gradient for it.
+at::Tensor grad_like(const at::Tensor& g, const OptT& t) {
+  if (!given(t) || !g.defined() || g.numel() != t->numel()) return at::Tensor();
+  return g.to(t->scalar_type()).reshape(t->sizes());
+}
+
+// The incoming gradient of out (zeros when out's gradient is undefined).
+at::Tensor grad_of_out(const variable_list& grads, const at::Tensor& out) {
+  return grads[0].defined() ? grads[0].contiguous() : at::zeros_like(out);
+}
+
+// The scalar options every differentiable batch op saves for its backward.
+void save_options(AutogradContext* ctx, c10::optional<double> scale, bool causal, int64_t left,
+                  int64_t right, double softcap) {
+  ctx->saved_data["scale"] = scale;
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["left"] = left;
+  ctx->saved_data["right"] = right;
+  ctx->saved_data["softcap"] = softcap;
+}
+
+struct SavedOptions {
+  c10::optional<double> scale;
+  bool causal;
+  int64_t left, right;
+  double softcap;
+};
+
+SavedOptions saved_options(AutogradContext* ctx) {
+  const c10::IValue sv = ctx->saved_data["scale"];
+  return {sv.isNone() ? c10::nullopt : c10::optional<double>(sv.toDouble()),
+          ctx->saved_data["causal"].toBool(), ctx->saved_data["left"].toInt(),
+          ctx->saved_data["right"].toInt(), ctx->saved_data["softcap"].toDouble()};
+}
+
+// Dense attention with options: out differentiable in q, k, v, slopes, table
+// and dense; lse not differentiable; key_mask has no gradient.
+class OptionsAttention : public torch::autograd::Function<OptionsAttention> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const OptT& slopes, const OptT& table,
+                               const OptT& dense, c10::optional<double> scale, bool causal,
+                               c10::optional<int64_t> q_offset, int64_t left, int64_t right,
+                               double softcap, const OptT& key_mask) {
+    auto [out, lse] = attention_options_forward(q, k, v, slopes, table, dense, scale, causal,
+                                                q_offset, left, right, softcap, key_mask);
+    ctx->save_for_backward({q, k, v, out, lse, or_undefined(slopes), or_undefined(table),
+                            or_undefined(dense), or_undefined(key_mask)});
+    save_options(ctx, scale, causal, left, right, softcap);
+    ctx->saved_data["q_offset"] = q_offset;
+    ctx->mark_non_differentiable({lse});
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const SavedOptions o = saved_options(ctx);
+    const c10::IValue qo = ctx->saved_data["q_offset"];
+    const c10::optional<int64_t> q_offset =
+        qo.isNone() ? c10::nullopt : c10::optional<int64_t>(qo.toInt());
+    const OptT slopes = opt(s[5]), table = opt(s[6]), dense = opt(s[7]);
+    const Grads g = attention_options_backward(s[0], s[1], s[2], slopes, table, dense, o.scale,
+                                               o.causal, q_offset, o.left, o.right, o.softcap,
+                                               opt(s[8]), s[3], s[4], grad_of_out(grads, s[3]));
+    const at::Tensor none;
+    return {std::get<0>(g), std::get<1>(g), std::get<2>(g), grad_like(std::get<3>(g), slopes),
+            grad_like(std::get<4>(g), table), grad_like(std::get<5>(g), dense), none, none, none,
+            none, none, none, none};
+  }
+};
+
+// Packed variable-length attention: out differentiable in q, k, v, slopes and
+// table; lse not differentiable; cu_seqlens have no gradient.
+class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const at::Tensor& cu_q, const at::Tensor& cu_k,
+                               const OptT& slopes, const OptT& table, c10::optional<double> scale,
+                               bool causal, int64_t left, int64_t right, double softcap) {
+    auto [out, lse] = attention_varlen_forward_op(q, k, v, cu_q, cu_k, slopes, table, scale,
+                                                  causal, left, right, softcap);
+    ctx->save_for_backward(
+        {q, k, v, out, lse, cu_q, cu_k, or_undefined(slopes), or_undefined(table)});
+    save_options(ctx, scale, causal, left, right, softcap);
+    ctx->mark_non_differentiable({lse});
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const SavedOptions o = saved_options(ctx);
+    const OptT slopes = opt(s[7]), table = opt(s[8]);
+    const Grads g = attention_varlen_backward_op(s[0], s[1], s[2], s[5], s[6], slopes, table,
+                                                 o.scale, o.causal, o.left, o.right, o.softcap,
+                                                 s[3], s[4], grad_of_out(grads, s[3]));
+    const at::Tensor none;
+    return {std::get<0>(g), std::get<1>(g), std::get<2>(g), none, none,
+            grad_like(std::get<3>(g), slopes), grad_like(std::get<4>(g), table), none, none,
+            none, none, none};
+  }
+};
+
+bool any_meta(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts) {
+    if (meta::is_meta(*t)) return true;
+  }
+  return false;
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_options_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptT& slopes,
+    const OptT& table, const OptT& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
+    const OptT& key_mask) {
+  if (any_meta({&q, &k, &v})) {
+    return meta::attention_options_forward(q, k, v, slopes, table, dense, scale, causal, q_offset,
+                                           left, right, softcap, key_mask);
+  }
+  const variable_list r = OptionsAttention::apply(q, k, v, slopes, table, dense, scale, causal,
+                                                  q_offset, left, right, softcap, key_mask);
+  return {r[0], r[1]};
+}
+
+Grads attention_options_backward_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptT& slopes,
+    const OptT& table, const OptT& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
+    const OptT& key_mask, const at::Tensor& out, const at::Tensor& lse,
+    const at::Tensor& grad_out) {
+  if (any_meta({&q, &k, &v})) {
+    return meta::attention_options_backward(q, k, v, slopes, table, dense, scale, causal,
+                                            q_offset, left, right, softcap, key_mask, out, lse,
+                                            grad_out);
+  }
+  return attention_options_backward(q, k, v, slopes, table, dense, scale, causal, q_offset, left,
+                                    right, softcap, key_mask, out, lse, grad_out);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_autograd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_q,
+    const at::Tensor& cu_k, const OptT& slopes, const OptT& table, c10::optional<double> scale,
+    bool causal, int64_t left, int64_t right, double softcap) {
+  if (any_meta({&q, &k, &v})) {
+    return meta::attention_varlen_forward(q, k, v, cu_q, cu_k, slopes, table, scale, causal, left,
+                                          right, softcap);
+  }
+  const variable_list r = VarlenAttention::apply(q, k, v, cu_q, cu_k, slopes, table, scale,
+                                                 causal, left, right, softcap);
+  return {r[0], r[1]};
+}
+
+Grads attention_varlen_backward_autograd(const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, const at::Tensor& cu_q,
+                                         const at::Tensor& cu_k, const OptT& slopes,
+                                         const OptT& table, c10::optional<double> scale,
+                                         bool causal, int64_t left, int64_t right, double softcap,
+                                         const at::Tensor& out, const at::Tensor& lse,
+                                         const at::Tensor& grad_out) {
+  if (any_meta({&q, &k, &v})) {
+    return meta::attention_varlen_backward(q, k, v, cu_q, cu_k, slopes, table, scale, causal,
+                                           left, right, softcap, out, lse, grad_out);
+  }
+  return attention_varlen_backward_op(q, k, v, cu_q, cu_k, slopes, table, scale, causal, left,
+                                      right, softcap, out, lse, grad_out);
+}
+
+at::Tensor attention_kvcache_autograd(const at::Tensor& q, const at::Tensor& k_cache,
+                                      const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
+                                      const OptT& block_table, const OptT& slopes,
+                                      const OptT& table, c10::optional<double> scale, bool causal,
+                                      int64_t left, int64_t right, double softcap) {
+  if (any_meta({&q, &k_cache, &v_cache})) {
+    return meta::attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
+                                   scale, causal, left, right, softcap);
+  }
+  return attention_kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
+                              scale, causal, left, right, softcap);
+}
+
+void kvcache_append_autograd(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                             const at::Tensor& cache_seqlens, const OptT& block_table,
+                             const at::Tensor& k, const at::Tensor& v) {
+  if (any_meta({&k_cache, &v_cache, &k, &v})) {
+    meta::kvcache_append(k_cache, v_cache, cache_seqlens, block_table, k, v);
+    return;
+  }
+  kvcache_append_op(k_cache, v_cache, cache_seqlens, block_table, k, v);
+}
+
 }  // namespace
 }  // namespace posbias
 
@@ -249,4 +458,22 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("attention_varlen_backward", TORCH_FN(posbias::attention_varlen_backward_op));
   m.impl("attention_kvcache", TORCH_FN(posbias::attention_kvcache_op));
   m.impl("kvcache_append", TORCH_FN(posbias::kvcache_append_op));
+}
+
+TORCH_LIBRARY_IMPL(posbias, Meta, m) {
+  m.impl("attention_options_forward", TORCH_FN(posbias::meta::attention_options_forward));
+  m.impl("attention_options_backward", TORCH_FN(posbias::meta::attention_options_backward));
+  m.impl("attention_varlen_forward", TORCH_FN(posbias::meta::attention_varlen_forward));
+  m.impl("attention_varlen_backward", TORCH_FN(posbias::meta::attention_varlen_backward));
+  m.impl("attention_kvcache", TORCH_FN(posbias::meta::attention_kvcache));
+  m.impl("kvcache_append", TORCH_FN(posbias::meta::kvcache_append));
+}
+
+TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
+  m.impl("attention_options_forward", TORCH_FN(posbias::attention_options_autograd));
+  m.impl("attention_options_backward", TORCH_FN(posbias::attention_options_backward_autograd));
+  m.impl("attention_varlen_forward", TORCH_FN(posbias::attention_varlen_autograd));
+  m.impl("attention_varlen_backward", TORCH_FN(posbias::attention_varlen_backward_autograd));
+  m.impl("attention_kvcache", TORCH_FN(posbias::attention_kvcache_autograd));
+  m.impl("kvcache_append", TORCH_FN(posbias::kvcache_append_autograd));
 }

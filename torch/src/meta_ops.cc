@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <initializer_list>
+
 namespace posbias::meta {
 namespace {
 
@@ -17,6 +19,27 @@ void check_length(const char* who, const char* name, int64_t n) {
 int64_t table_width(const char* who, int64_t j) {
   TORCH_CHECK_VALUE(j >= 1, "posbias.", who, ": j must be >= 1, got ", j);
   return 2 * j - 1;
+}
+
+// ValueError unless every tensor is d-dimensional (what the shapes below read).
+void check_dims(const char* who, const char* layout, int64_t d,
+                std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts) {
+    TORCH_CHECK_VALUE(t->dim() == d, "posbias.", who, ": ", layout, " (", d, "-d), got ",
+                      t->sizes());
+  }
+}
+
+at::Tensor like(const at::Tensor& t) { return empty(t.sizes(), t.scalar_type()); }
+
+// A float32 gradient of an optional tensor: its shape, or [0] when not given.
+at::Tensor grad_of(const OptTensor& t) {
+  return t.has_value() && t->defined() ? empty(t->sizes(), at::kFloat) : empty({0}, at::kFloat);
+}
+
+BatchGrads grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const OptTensor& slopes, const OptTensor& table, const OptTensor& dense) {
+  return {like(q), like(k), like(v), grad_of(slopes), grad_of(table), grad_of(dense)};
 }
 
 }  // namespace
@@ -100,6 +123,80 @@ at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
                     slopes.sizes(), ", ", q_pos.sizes(), ", ", k_pos.sizes());
   const int64_t heads = total_heads < 0 ? slopes.size(0) : total_heads;
   return empty({heads, q_pos.size(0), k_pos.size(0)}, dtype.value_or(at::kFloat));
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_options_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& slopes,
+    const OptTensor& table, const OptTensor& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> /*q_offset*/, int64_t /*window_left*/, int64_t /*window_right*/,
+    double /*softcap*/, const OptTensor& /*key_mask*/) {
+  return attention_lse(q, k, v, "none", slopes, table, dense, scale, causal);
+}
+
+BatchGrads attention_options_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& slopes,
+    const OptTensor& table, const OptTensor& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> /*q_offset*/, int64_t /*window_left*/, int64_t /*window_right*/,
+    double /*softcap*/, const OptTensor& /*key_mask*/, const at::Tensor& /*out*/,
+    const at::Tensor& /*lse*/, const at::Tensor& /*grad_out*/) {
+  attention_lse(q, k, v, "none", slopes, table, dense, scale, causal);  // the shape checks
+  return grads(q, k, v, slopes, table, dense);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& /*cu_seqlens_q*/, const at::Tensor& /*cu_seqlens_k*/,
+    const OptTensor& /*slopes*/, const OptTensor& /*table*/, c10::optional<double> /*scale*/,
+    bool /*causal*/, int64_t /*window_left*/, int64_t /*window_right*/, double /*softcap*/) {
+  check_dims("attention_varlen", "q must be [total_q, h, d] and k, v [total_k, hk, d]", 3,
+             {&q, &k, &v});
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(2) == q.size(2) && k.size(1) >= 1 &&
+                        q.size(1) % k.size(1) == 0,
+                    "posbias.attention_varlen: k and v must be [total_k, hk, d] with q's d and "
+                    "h % hk == 0, got q ",
+                    q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  return {like(q), empty({q.size(1), q.size(0)}, at::kFloat)};
+}
+
+BatchGrads attention_varlen_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, const OptTensor& slopes, const OptTensor& table,
+    c10::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap, const at::Tensor& /*out*/, const at::Tensor& /*lse*/,
+    const at::Tensor& /*grad_out*/) {
+  attention_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, slopes, table, scale, causal,
+                           window_left, window_right, softcap);  // the shape checks
+  return grads(q, k, v, slopes, table, c10::nullopt);
+}
+
+at::Tensor attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& /*cache_seqlens*/,
+                             const OptTensor& /*block_table*/, const OptTensor& /*slopes*/,
+                             const OptTensor& /*table*/, c10::optional<double> /*scale*/,
+                             bool /*causal*/, int64_t /*window_left*/, int64_t /*window_right*/,
+                             double /*softcap*/) {
+  check_dims("attention_with_kvcache",
+             "q must be [b, i, h, d] and the caches [b, max_len, hk, d] or paged "
+             "[num_blocks, block_size, hk, d]",
+             4, {&q, &k_cache, &v_cache});
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes() && k_cache.size(3) == q.size(3) &&
+                        k_cache.size(2) >= 1 && q.size(2) % k_cache.size(2) == 0,
+                    "posbias.attention_with_kvcache: k_cache and v_cache must have one shape "
+                    "with q's d and h % hk == 0, got q ",
+                    q.sizes(), ", k_cache ", k_cache.sizes(), ", v_cache ", v_cache.sizes());
+  return like(q);
+}
+
+void kvcache_append(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                    const at::Tensor& /*cache_seqlens*/, const OptTensor& /*block_table*/,
+                    const at::Tensor& k, const at::Tensor& v) {
+  check_dims("kvcache_append", "k_cache, v_cache, k and v must be 4-d", 4,
+             {&k_cache, &v_cache, &k, &v});
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(2) == k_cache.size(2) &&
+                        k.size(3) == k_cache.size(3) && k_cache.sizes() == v_cache.sizes(),
+                    "posbias.kvcache_append: k and v must be [b, n, hk, d] with the caches' hk "
+                    "and d, got k ",
+                    k.sizes(), ", v ", v.sizes(), ", k_cache ", k_cache.sizes());
 }
 
 }  // namespace posbias::meta

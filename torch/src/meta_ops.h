@@ -46,6 +46,47 @@ at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
                                  const at::Tensor& q_pos, const at::Tensor& k_pos,
                                  c10::optional<at::ScalarType> dtype);
 
+// The batch ops (batch_ops.cc). Grads: grad_q, grad_k, grad_v (their inputs'
+// shapes and dtypes), then float32 grad_slopes, grad_table and grad_dense in
+// their tensors' shapes, or empty [0] when the tensor was not given.
+using OptTensor = c10::optional<at::Tensor>;
+using BatchGrads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+std::tuple<at::Tensor, at::Tensor> attention_options_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& slopes,
+    const OptTensor& table, const OptTensor& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> q_offset, int64_t window_left, int64_t window_right, double softcap,
+    const OptTensor& key_mask);
+
+BatchGrads attention_options_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& slopes,
+    const OptTensor& table, const OptTensor& dense, c10::optional<double> scale, bool causal,
+    c10::optional<int64_t> q_offset, int64_t window_left, int64_t window_right, double softcap,
+    const OptTensor& key_mask, const at::Tensor& out, const at::Tensor& lse,
+    const at::Tensor& grad_out);
+
+std::tuple<at::Tensor, at::Tensor> attention_varlen_forward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, const OptTensor& slopes, const OptTensor& table,
+    c10::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap);
+
+BatchGrads attention_varlen_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q,
+    const at::Tensor& cu_seqlens_k, const OptTensor& slopes, const OptTensor& table,
+    c10::optional<double> scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& grad_out);
+
+at::Tensor attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
+                             const OptTensor& block_table, const OptTensor& slopes,
+                             const OptTensor& table, c10::optional<double> scale, bool causal,
+                             int64_t window_left, int64_t window_right, double softcap);
+
+void kvcache_append(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                    const at::Tensor& cache_seqlens, const OptTensor& block_table,
+                    const at::Tensor& k, const at::Tensor& v);
+
 // True when a tensor argument is on the meta device: the Autograd kernels
 // then call the functions above (there is nothing to differentiate).
 inline bool is_meta(const at::Tensor& t) { return t.defined() && t.is_meta(); }
