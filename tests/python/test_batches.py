@@ -318,3 +318,35 @@ def test_attention_option_errors():
         posbias.attention(q, k, v, softcap=float("inf"))
     with pytest.raises(TypeError, match="q_offset"):
         posbias.attention(q, k, v, q_offset=1.5)
+
+
+def test_ops_differentiate_themselves():
+    """The forward ops carry their own autograd (C++ Functions): calling
+    torch.ops.posbias.* directly, with no Python wrapper, gives gradients in the
+    inputs' dtypes and shapes equal to the float64 reference's."""
+    torch.manual_seed(7)
+    h, hk, d, i, j = 4, 2, 8, 5, 9
+    q, k, v = leaf(1, h, i, d), leaf(1, hk, j, d), leaf(1, hk, j, d)
+    slopes = (torch.rand(1, h) * 0.5 + 0.05).requires_grad_()  # per sequence [b, h]
+    out, lse = torch.ops.posbias.attention_options_forward(
+        q, k, v, slopes, None, None, None, True, None, 3, -1, 2.0, None)
+    assert out.grad_fn is not None and not lse.requires_grad
+    go = torch.randn_like(out)
+    out.backward(go)
+    ref_in = [t.detach().double().requires_grad_() for t in (q[0], k[0], v[0], slopes[0])]
+    ref, _ = ref_one(*ref_in[:3], d ** -0.5, True, j - i, (3, -1), 2.0, slopes=ref_in[3])
+    close(out.detach()[0], ref)
+    ref.backward(go[0].double())
+    check_grads([q.grad[0], k.grad[0], v.grad[0], slopes.grad[0]], [t.grad for t in ref_in])
+    assert slopes.grad.shape == slopes.shape and slopes.grad.dtype == slopes.dtype
+
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    qv, kv_, vv = leaf(7, h, d, dtype=torch.bfloat16), leaf(7, hk, d), leaf(7, hk, d)
+    kv_, vv = kv_.detach().bfloat16().requires_grad_(), vv.detach().bfloat16().requires_grad_()
+    table = leaf(h, TABLE_N, dtype=torch.bfloat16, scale=0.5)
+    out, _ = torch.ops.posbias.attention_varlen_forward(qv, kv_, vv, cu, cu, None, table, None,
+                                                        True, -1, -1, 0.0)
+    out.float().sum().backward()
+    for t in (qv, kv_, vv, table):
+        assert t.grad is not None and t.grad.dtype == torch.bfloat16 and t.grad.shape == t.shape
+        assert t.grad.float().abs().sum() > 0

@@ -110,3 +110,113 @@ def test_no_torch_compile_in_this_torch():
     if hasattr(torch, "compile"):
         pytest.skip("this torch has torch.compile: not covered by these tests")
     assert torch.__version__.startswith("1.")
+
+
+# ---------------------------------------------------------------- batch ops
+
+def _same_meta(cpu, m):
+    cpu = cpu if isinstance(cpu, (tuple, list)) else (cpu,)
+    m = m if isinstance(m, (tuple, list)) else (m,)
+    assert len(cpu) == len(m)
+    for c, mm in zip(cpu, m):
+        assert mm.is_meta and c.shape == mm.shape and c.dtype == mm.dtype, (c.shape, mm.shape)
+
+
+def _to_meta(args):
+    return [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_options_meta_matches_cpu(dtype):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 5, 8, generator=g).to(dtype)
+    k, v = (torch.randn(2, 2, 9, 8, generator=g).to(dtype) for _ in range(2))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    for bias in ((posbias.alibi_slopes(4), None, None), (None, torch.randn(4, 17), None),
+                 (None, None, torch.randn(1, 4, 5, 9)), (torch.rand(2, 4), None, None)):
+        args = [q, k, v, *bias, 0.3, True, 2, 3, 0, 20.0, mask]
+        fwd = P.attention_options_forward(*args)
+        _same_meta(fwd, P.attention_options_forward(*_to_meta(args)))
+        bargs = args + [fwd[0], fwd[1], torch.randn_like(fwd[0])]
+        _same_meta(P.attention_options_backward(*bargs),
+                   P.attention_options_backward(*_to_meta(bargs)))
+    with pytest.raises(ValueError, match="4-d"):
+        P.attention_options_forward(meta(5, 8), meta(1, 2, 9, 8), meta(1, 2, 9, 8), None, None,
+                                    None, None, False, None, -1, -1, 0.0, None)
+
+
+def test_attention_varlen_meta_matches_cpu():
+    g = torch.Generator().manual_seed(4)
+    cu_q = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 6, 11], dtype=torch.int32)
+    q = torch.randn(7, 4, 8, generator=g, dtype=torch.float32).to(torch.float16)
+    k, v = (torch.randn(11, 2, 8, generator=g).to(torch.float16) for _ in range(2))
+    for slopes, table in ((posbias.alibi_slopes(4), None), (None, torch.randn(4, 21)),
+                          (None, None)):
+        args = [q, k, v, cu_q, cu_k, slopes, table, None, True, -1, 0, 0.0]
+        fwd = P.attention_varlen_forward(*args)
+        assert fwd[1].shape == (4, 7)
+        _same_meta(fwd, P.attention_varlen_forward(*_to_meta(args)))
+        bargs = args + [fwd[0], fwd[1], torch.randn_like(fwd[0])]
+        _same_meta(P.attention_varlen_backward(*bargs),
+                   P.attention_varlen_backward(*_to_meta(bargs)))
+    with pytest.raises(ValueError, match=r"h % hk == 0"):
+        P.attention_varlen_forward(meta(7, 3, 8), meta(11, 2, 8), meta(11, 2, 8), cu_q.to("meta"),
+                                   cu_k.to("meta"), None, None, None, False, -1, -1, 0.0)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_meta_matches_cpu(paged):
+    g = torch.Generator().manual_seed(5)
+    b, hk, d = 2, 2, 8
+    cache_shape = (6, 4, hk, d) if paged else (b, 12, hk, d)
+    kc, vc = (torch.randn(*cache_shape, generator=g) for _ in range(2))
+    block_table = torch.tensor([[0, 2, 4], [1, 3, 5]], dtype=torch.int32) if paged else None
+    seqlens = torch.tensor([5, 7], dtype=torch.int32)
+    q = torch.randn(b, 1, 4, d, generator=g)
+    args = [q, kc, vc, seqlens, block_table, posbias.alibi_slopes(4), None, None, True, -1, -1,
+            0.0]
+    _same_meta(P.attention_kvcache(*args), P.attention_kvcache(*_to_meta(args)))
+    kn, vn = (torch.randn(b, 2, hk, d, generator=g) for _ in range(2))
+    margs = _to_meta([kc, vc, seqlens, block_table, kn, vn])
+    P.kvcache_append(*margs)  # shape checks only, nothing written
+    with pytest.raises(ValueError, match="kvcache_append"):
+        P.kvcache_append(*margs[:4], meta(b, 2, 3, d), meta(b, 2, 3, d))
+    with pytest.raises(ValueError, match=r"h % hk == 0"):
+        P.attention_kvcache(meta(b, 1, 3, d), *_to_meta(args[1:]))
+
+
+class VarlenBlock(nn.Module):
+    """Packed attention (learned ALiBi slopes) then a decode step against a cache."""
+
+    def __init__(self, heads=4, d=8):
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.qkv = nn.Linear(heads * d, 3 * heads * d)
+        self.slopes = nn.Parameter(posbias.alibi_slopes(heads))
+
+    def forward(self, x, cu, kc, vc, seqlens):
+        q, k, v = self.qkv(x).view(x.shape[0], 3, self.heads, self.d).unbind(1)
+        out = posbias.attention_varlen(q, k, v, cu, cu, 8, 8, causal=True,
+                                       alibi_slopes=self.slopes)
+        step = posbias.attention_with_kvcache(q[:2].unsqueeze(1), kc, vc, seqlens,
+                                              alibi_slopes=self.slopes)
+        return out.sum() + step.sum()
+
+
+def test_jit_trace_of_varlen_and_kvcache():
+    torch.manual_seed(1)
+    model = VarlenBlock()
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    kc, vc = torch.randn(2, 10, 4, 8), torch.randn(2, 10, 4, 8)
+    seqlens = torch.tensor([4, 10], dtype=torch.int32)
+    x = torch.randn(12, 32)
+    traced = torch.jit.trace(model, (x, cu, kc, vc, seqlens), check_trace=True)
+    graph = str(traced.inlined_graph)
+    for op in ("attention_varlen_forward", "attention_kvcache"):
+        assert f"posbias::{op}" in graph, graph
+    cu2 = torch.tensor([0, 9, 12], dtype=torch.int32)  # other lengths, same traced graph
+    x2 = torch.randn(12, 32)
+    torch.testing.assert_close(traced(x2, cu2, kc, vc, seqlens), model(x2, cu2, kc, vc, seqlens))
+    traced(x2, cu2, kc, vc, seqlens).backward()  # the op's own autograd, through the trace
+    assert model.slopes.grad is not None and model.qkv.weight.grad is not None
