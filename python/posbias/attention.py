@@ -87,25 +87,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
     the bias; key_mask bool or uint8 [b, j], 0 = masked key (Hugging Face's
     attention_mask). slopes may also be [b, h] (one set per sequence)."""
     kind, scale = check_attention_args(q, k, v, bias, slopes, table, dense, scale, causal)
-    if q_offset is not None or tuple(window) != (-1, -1) or softcap != 0.0 or key_mask is not None:
-        from .batches import attention_options
-        pick = {name: (t if kind == name else None)
-                for name, t in (("alibi", slopes), ("table", table), ("dense", dense))}
-        return attention_options(q, k, v, pick["alibi"], pick["table"], pick["dense"], scale,
-                                 causal, q_offset, window, softcap, key_mask)[0]
+    if _has_options(q_offset, window, softcap, key_mask):
+        return _with_options(q, k, v, kind, slopes, table, dense, scale, causal, q_offset, window,
+                             softcap, key_mask)[0]
     return torch.ops.posbias.attention(q, k, v, kind, slopes, table, dense, scale, causal)
+
+
+def _has_options(q_offset, window, softcap, key_mask):
+    return (q_offset is not None or not isinstance(window, (tuple, list)) or
+            tuple(window) != (-1, -1) or softcap != 0.0 or key_mask is not None)
+
+
+def _with_options(q, k, v, kind, slopes, table, dense, scale, causal, q_offset, window, softcap,
+                  key_mask):
+    """(out, lse) of the op attention_options_forward (the options' checks in
+    batches.attention_options)."""
+    from .batches import attention_options
+    pick = {name: (t if kind == name else None)
+            for name, t in (("alibi", slopes), ("table", table), ("dense", dense))}
+    return attention_options(q, k, v, pick["alibi"], pick["table"], pick["dense"], scale, causal,
+                             q_offset, window, softcap, key_mask)
 
 
 def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[str] = None,
                   *, slopes: Optional[torch.Tensor] = None,
                   table: Optional[torch.Tensor] = None, dense: Optional[torch.Tensor] = None,
-                  scale: Optional[float] = None,
-                  causal: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """As attention(), also returning lse float32 [b, h, i]: the natural log of
-    each row's softmax denominator (-inf for a row without visible keys), which
-    merges partial results over key blocks (see posbias.parallel.merge_partials).
-    No gradient flows through lse."""
+                  scale: Optional[float] = None, causal: bool = False,
+                  q_offset: Optional[int] = None, window: Tuple[int, int] = (-1, -1),
+                  softcap: float = 0.0,
+                  key_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """As attention() (the same bias and options: q_offset, window, softcap,
+    key_mask), also returning lse float32 [b, h, i]: the natural log of each
+    row's softmax denominator (-inf for a row without visible keys), which
+    merges partial results over key blocks (see posbias.parallel.merge_partials;
+    q_offset places a block at its global position). out is differentiable as
+    attention()'s; no gradient flows through lse."""
     kind, scale = check_attention_args(q, k, v, bias, slopes, table, dense, scale, causal)
+    if _has_options(q_offset, window, softcap, key_mask):
+        return _with_options(q, k, v, kind, slopes, table, dense, scale, causal, q_offset, window,
+                             softcap, key_mask)
     return torch.ops.posbias.attention_lse(q, k, v, kind, slopes, table, dense, scale, causal)
 
 

@@ -350,3 +350,38 @@ def test_ops_differentiate_themselves():
     for t in (qv, kv_, vv, table):
         assert t.grad is not None and t.grad.dtype == torch.bfloat16 and t.grad.shape == t.shape
         assert t.grad.float().abs().sum() > 0
+
+
+@pytest.mark.parametrize("bias", ["alibi", "table"])
+@pytest.mark.parametrize("q_offset,window,softcap,masked", [
+    (None, (-1, -1), 0.0, False), (11, (-1, -1), 0.0, False), (-3, (4, 2), 5.0, True),
+    (6, (2, -1), 0.0, True)])
+def test_attention_lse_options(bias, q_offset, window, softcap, masked):
+    """posbias.attention_lse takes attention()'s options (ring attention places
+    a block with q_offset): out and lse against the float64 reference, and out's
+    gradients."""
+    torch.manual_seed(11)
+    b, h, hk, i, j, d = 2, 4, 2, 6, 9, 8
+    q, k, v = leaf(b, h, i, d), leaf(b, hk, j, d), leaf(b, hk, j, d)
+    kw = make_bias(bias, b, h)
+    mask = (torch.rand(b, j) > 0.3).to(torch.uint8) if masked else None
+    out, lse = posbias.attention_lse(q, k, v, causal=True, q_offset=q_offset, window=window,
+                                     softcap=softcap, key_mask=mask, **kw)
+    assert lse.shape == (b, h, i) and lse.dtype == torch.float32 and not lse.requires_grad
+    go = torch.randn_like(out)
+    out.backward(go)
+    bias_t = kw.get("slopes", kw.get("table"))
+    ref_bias_t = bias_t.detach().double().requires_grad_()
+    qo = j - i if q_offset is None else q_offset
+    for s in range(b):
+        ins = [t.detach()[s].double().requires_grad_() for t in (q, k, v)]
+        ref, ref_lse = ref_one(*ins, d ** -0.5, True, qo, window, softcap,
+                               mask=None if mask is None else mask[s],
+                               **{("slopes" if bias == "alibi" else "table"): ref_bias_t})
+        close(out.detach()[s], ref)
+        fin = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse[s]), fin)
+        close(lse[s][fin], ref_lse[fin])
+        ref.backward(go[s].double())
+        check_grads([q.grad[s], k.grad[s], v.grad[s]], [t.grad for t in ins])
+    close(bias_t.grad, ref_bias_t.grad, 3e-4)
