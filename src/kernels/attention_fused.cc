@@ -195,10 +195,7 @@ const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlock
       QKRows<R, false>(df, w.q.get() + rr * d, d, d, kt, ld, vis, srow, cols, fold);
     }
   };
-  std::int64_t r = 0;
-  for (; r + kAttnRows <= t.br; r += kAttnRows)
-    qk_rows(std::integral_constant<int, kAttnRows>(), r);
-  for (; r < t.br; ++r) qk_rows(std::integral_constant<int, 1>(), r);
+  ForRowTiles<kFwdRows>(t.br, qk_rows);
   return vp;
 }
 
@@ -221,7 +218,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     } else {
       const float* vp = ScoresBlocked(df, p, bl, t, kb, max_lim, cols, w);
       SoftmaxBlock(df, p, t, c0, cols, w);
-      PVBlock<kAttnRows, kAttnVecs>(df, w, t.rows, w.s.get(), cols, vp, bl.dp, bl.dp);
+      PVBlock<kFwdRows, kAttnVecs>(df, w, t.rows, w.s.get(), cols, vp, bl.dp, bl.dp);
     }
   }
 }

@@ -62,6 +62,7 @@ struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha, alibi_off;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
+  std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
   AttentionHeadPack pack;
   AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
       : row(allocate_scratch<float>(d, kWhat)),
@@ -76,7 +77,9 @@ struct AttentionWork {
         alibi_off(allocate_scratch<float>(bq, kWhat)),
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
-        keep(allocate_scratch<float>(bkp, kWhat)) {}
+        keep(allocate_scratch<float>(bkp, kWhat)),
+        k_at(static_cast<std::size_t>(bkp)),
+        v_at(static_cast<std::size_t>(bkp)) {}
   static constexpr const char* kWhat = "the attention's per-thread block buffers";
 };
 
@@ -93,7 +96,7 @@ struct AttentionTask {
   bool direct = false;                      // dot products over key rows in place
   bool use_pack = false;                    // the head's shared K^T / V packing
   bool alibi_fold = false;                  // the score tile adds ALiBi
-  bool k_direct = false, v_direct = false;  // float32 rows read in place
+  bool k_direct = false, v_direct = false;  // rows read in place, in their dtype
   float neg_slope = 0.0f;
 };
 
@@ -118,12 +121,10 @@ AttentionTask DescribeTask(const AttentionParams& p, const AttentionBlocking& bl
   // a soft-cap comes before the bias.
   t.alibi_fold = !t.direct && p.bias == FusedBias::kAlibi && p.softcap == 0.0f;
   t.neg_slope = p.bias == FusedBias::kAlibi ? -slope_of(p, bb, hh) : 0.0f;
-  // Rows read in place, in their dtype, when their elements are contiguous.
+  // Decode reads rows in place, in their dtype, when their elements are
+  // contiguous (any d, paged or not, masked or not).
   t.k_direct = p.k_stride[3] == 1;
-  // In place only when whole vectors of a row stay inside it (the P V tile
-  // reads dp floats per value row), the rows of a block are evenly spaced
-  // (not paged) and none is masked (a masked value is never read).
-  t.v_direct = p.v_stride[3] == 1 && p.d == bl.dp && !paged && p.key_mask == nullptr;
+  t.v_direct = p.v_stride[3] == 1;
   return t;
 }
 
@@ -175,18 +176,19 @@ HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float*
     MulAddRowsOf<1, VW, TV>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
                         TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
   };
-  std::int64_t r = 0;
-  for (; r + RB <= rows; r += RB) {
-    // The keys all RB rows see, [begin, end), then each row's own others.
+  // Groups of RB rows (the last group those that remain), each over the
+  // keys all its rows see, [begin, end), then each row's own others.
+  ForRowTiles<RB>(rows, [&](auto rows_tag, std::int64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
     std::int64_t begin = first(r), end = lim(r);
-    for (int u = 1; u < RB; ++u) {
+    for (int u = 1; u < R; ++u) {
       begin = std::max(begin, first(r + u));
       end = std::min(end, lim(r + u));
     }
     if (end < begin) end = begin;
-    MulAddRowsOf<RB, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
-                         TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
-    for (int u = 0; u < RB; ++u) {
+    MulAddRowsOf<R, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
+                            TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
+    for (int u = 0; u < R; ++u) {
       const std::int64_t rr = r + u;
       if (end > begin) {
         add_keys(rr, first(rr), begin);
@@ -195,12 +197,7 @@ HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float*
         add_keys(rr, first(rr), lim(rr));
       }
     }
-  }
-  for (; r < rows; ++r) {
-    MulAddRowsOf<1, VW, TV>(df, s + r * ldp + first(r), ldp, 1, vp + first(r) * ldv, ldv,
-                        lim(r) - first(r), TileInit::kScale, w.alpha.get() + r, o + r * dp, dp,
-                        dp);
-  }
+  });
 }
 
 // Bias, mask and the online-softmax update of every row of the task over
