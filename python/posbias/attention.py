@@ -64,8 +64,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[
     ``softmax(scale * q @ k^T + bias, mask) @ v`` (softmax in float32).
 
     q [b, h, i, d]; k, v [b, hk, j, d] with h % hk == 0 (grouped-query); float32,
-    bfloat16 or float16, all three alike, on the CPU (float64 is refused with
-    TypeError: the core's attention has no float64 path yet). Queries are the last i of
+    bfloat16, float16 or float64, all three alike, on the CPU (float64: the core's
+    double reference path, exact but not fast, for gradcheck). Queries are the last i of
     the j key positions (bottom-right): row r sits at q_r = j - i + r.
 
     bias: "none", "alibi" (slopes [h]: -m_h |c - q_r|), "table" (table
