@@ -12,6 +12,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,13 @@ AttentionBias AttentionBias::alibi(std::vector<float> slopes) {
   AttentionBias b;
   b.kind = AttentionBiasKind::kAlibi;
   b.slopes = std::move(slopes);
+  return b;
+}
+
+AttentionBias AttentionBias::alibi_f64(std::vector<double> slopes) {
+  AttentionBias b;
+  b.kind = AttentionBiasKind::kAlibi;
+  b.slopes_f64 = std::move(slopes);
   return b;
 }
 
@@ -59,7 +67,8 @@ void AttentionCall::fail(const std::string& what) const {
 namespace {
 
 bool is_float_dtype(DType t) {
-  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 ||
+         t == DType::kFloat64;
 }
 
 std::string num(std::int64_t x) { return std::to_string(x); }
@@ -73,7 +82,7 @@ void check_attention_dtypes(AttentionCall& call) {
       qt == DType::kFloat32 && kt == vt && (kt == DType::kBFloat16 || kt == DType::kFloat16);
   if (!same && !mixed) {
     call.fail(
-        "q, k and v must be of one dtype (float32, bfloat16 or float16), or q float32 "
+        "q, k and v must be of one dtype (float32, bfloat16, float16 or float64), or q float32 "
         "with k and v both bfloat16 or both float16; got " +
         dtype_name(qt) + ", " + dtype_name(kt) + ", " + dtype_name(vt));
   }
@@ -102,6 +111,11 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
     call.fail("softcap must be finite and >= 0 (0: off), got " + std::to_string(options.softcap));
   }
   p.softcap = options.softcap;
+  if (p.dtype == DType::kFloat64) {
+    call.dbl.scale = options.scale ? static_cast<double>(*options.scale)
+                                   : 1.0 / std::sqrt(static_cast<double>(p.d));
+    call.dbl.softcap = options.softcap;
+  }
   const Tensor& mask = options.key_mask;
   const bool has_mask = !(mask.numel() == 0 && mask.dim() != 2);
   if (ragged) {
@@ -141,28 +155,47 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
       p.bias = FusedBias::kNone;
       break;
     case AttentionBiasKind::kAlibi: {
-      const auto n = static_cast<std::int64_t>(bias.slopes.size());
+      const bool f64 = p.dtype == DType::kFloat64;
+      if (!bias.slopes_f64.empty() && (!f64 || !bias.slopes.empty())) {
+        call.fail(f64 ? "give the ALiBi slopes once, as slopes or slopes_f64 (got " +
+                            num(static_cast<std::int64_t>(bias.slopes.size())) + " and " +
+                            num(static_cast<std::int64_t>(bias.slopes_f64.size())) + ")"
+                      : "float64 ALiBi slopes (slopes_f64) need a float64 call, got q " +
+                            dtype_name(p.dtype));
+      }
+      if (f64) {
+        call.slopes64 = bias.slopes_f64.empty()
+                            ? std::vector<double>(bias.slopes.begin(), bias.slopes.end())
+                            : bias.slopes_f64;
+      }
+      const auto n = static_cast<std::int64_t>(f64 ? call.slopes64.size() : bias.slopes.size());
       if (n != p.h && n != p.b * p.h) {
         call.fail("ALiBi needs one slope per query head or one set per sequence: got " + num(n) +
                   " slopes for h = " + num(p.h) + ", b = " + num(p.b) + " (h or b * h slopes)");
       }
-      for (std::size_t x = 0; x < bias.slopes.size(); ++x) {
-        if (!std::isfinite(bias.slopes[x])) {
-          call.fail("ALiBi slope " + std::to_string(x) + " is not finite (" +
-                    std::to_string(bias.slopes[x]) + ")");
+      for (std::int64_t x = 0; x < n; ++x) {
+        const auto ux = static_cast<std::size_t>(x);
+        const double sx = f64 ? call.slopes64[ux] : bias.slopes[ux];
+        if (!std::isfinite(sx)) {
+          call.fail("ALiBi slope " + num(x) + " is not finite (" + std::to_string(sx) + ")");
         }
       }
       p.bias = FusedBias::kAlibi;
       p.slopes = bias.slopes.data();
+      if (f64) call.dbl.slopes = call.slopes64.data();
       p.slopes_seq_stride = n == p.h ? 0 : p.h;
       break;
     }
     case AttentionBiasKind::kDistanceTable: {
       const Tensor& t = bias.table;
-      if (t.dtype() != DType::kFloat32 || t.dim() != 2 || t.size(0) != p.h || t.size(1) % 2 == 0) {
-        call.fail("the distance table must be float32 [h, n] with h = " + num(p.h) +
-                  " and n odd (read at its centre (n - 1) / 2), got " + dtype_name(t.dtype()) +
-                  " table " + shape_string(t.shape()));
+      const bool dtype_ok = t.dtype() == DType::kFloat32 ||
+                            (t.dtype() == DType::kFloat64 && p.dtype == DType::kFloat64);
+      if (!dtype_ok || t.dim() != 2 || t.size(0) != p.h || t.size(1) % 2 == 0) {
+        call.fail(
+            "the distance table must be float32 (or float64 in a float64 call) [h, n] "
+            "with h = " +
+            num(p.h) + " and n odd (read at its centre (n - 1) / 2), got " + dtype_name(t.dtype()) +
+            " table " + shape_string(t.shape()));
       }
       p.bias = FusedBias::kTable;
       p.table_centre = (t.size(1) - 1) / 2;
@@ -176,11 +209,13 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
             shape_string(t.shape()) + ")");
       }
       const std::int64_t target[4] = {p.b, p.h, p.i, p.j};
+      const DType want = p.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
       const std::string msg = "the dense bias " + shape_string(t.shape()) + " (" +
-                              dtype_name(t.dtype()) +
-                              ") must be float32 and broadcastable to [b, h, i, j] = " +
+                              dtype_name(t.dtype()) + ") must be " + dtype_name(want) +
+                              " (float64 exactly in a float64 call) and broadcastable to "
+                              "[b, h, i, j] = " +
                               shape_string({p.b, p.h, p.i, p.j});
-      if (t.dtype() != DType::kFloat32 || t.dim() > 4) call.fail(msg);
+      if (t.dtype() != want || t.dim() > 4) call.fail(msg);
       const std::int64_t lead = 4 - t.dim();
       for (std::int64_t x = 0; x < 4; ++x) {
         p.dense_stride[x] = 0;
@@ -193,7 +228,11 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
         }
       }
       p.bias = FusedBias::kDense;
-      p.dense = t.data<float>();
+      if (want == DType::kFloat64) {
+        call.dbl.dense = t.data<double>();
+      } else {
+        p.dense = t.data<float>();
+      }
       break;
     }
   }
@@ -241,17 +280,27 @@ void finish_attention_table(AttentionCall& call, const AttentionBias& bias) {
   const std::int64_t front = 16;
   checked_numel({p.h, reach, 2}, DType::kFloat32);
   p.rtable_stride = front + 2 * reach + 1 + 64;
-  checked_numel({p.h, p.rtable_stride}, DType::kFloat32);
-  call.rtable.assign(static_cast<std::size_t>(p.h * p.rtable_stride), 0.0f);
-  const float* src = t.data<float>();
-  const std::int64_t s0 = t.strides()[0], s1 = t.strides()[1];
-  for (std::int64_t hh = 0; hh < p.h; ++hh) {
-    float* dst = call.rtable.data() + hh * p.rtable_stride + front + reach;  // rel 0
-    for (std::int64_t rel = -copied; rel <= copied; ++rel) {
-      dst[rel] = src[hh * s0 + (centre - rel) * s1];  // user entry rel' = -rel (q - k)
+  const bool f64 = p.dtype == DType::kFloat64;
+  checked_numel({p.h, p.rtable_stride}, f64 ? DType::kFloat64 : DType::kFloat32);
+  const auto fill = [&](auto& rtable) {
+    using T = typename std::decay_t<decltype(rtable)>::value_type;
+    rtable.assign(static_cast<std::size_t>(p.h * p.rtable_stride), T{0});
+    const std::int64_t s0 = t.strides()[0], s1 = t.strides()[1];
+    for (std::int64_t hh = 0; hh < p.h; ++hh) {
+      T* dst = rtable.data() + hh * p.rtable_stride + front + reach;  // rel 0
+      for (std::int64_t rel = -copied; rel <= copied; ++rel) {
+        // user entry rel' = -rel (q - k)
+        dst[rel] =
+            static_cast<T>(reference_load(t.raw_data(), t.dtype(), hh * s0 + (centre - rel) * s1));
+      }
     }
+    return rtable.data() + front;
+  };
+  if (f64) {
+    call.dbl.rtable = fill(call.rtable64);
+  } else {
+    p.rtable = fill(call.rtable);
   }
-  p.rtable = call.rtable.data() + front;
 }
 
 }  // namespace detail
@@ -307,11 +356,11 @@ AttentionForwardResult forward_impl(const char* who, const Tensor& q, const Tens
   const AttentionParams& pr = call.p;
   AttentionForwardResult res;
   res.out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
-  if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, DType::kFloat32);
+  if (want_lse) res.lse = Tensor::empty({pr.b, pr.h, pr.i}, detail::lse_dtype(pr));
   if (res.out.numel() == 0) return res;
   call.p.out = res.out.raw_mutable_data();
-  if (want_lse) call.p.lse = res.lse.mutable_data<float>();
-  detail::fused_attention(call.p);
+  if (want_lse) detail::set_forward_lse(call, res.lse);
+  detail::run_attention_forward(call, /*reference=*/false);
   return res;
 }
 
@@ -323,14 +372,16 @@ void check_like(const AttentionCall& call, const char* name, const Tensor& t,
   }
 }
 
-// dS [b, h, i, j] summed over the dimensions the dense bias broadcasts along.
+// dS [b, h, i, j] summed over the dimensions the dense bias broadcasts along
+// (T: float, or double in a float64 call).
+template <typename T>
 Tensor dense_gradient(const Tensor& t, const Tensor& ddense) {
   const std::int64_t lead = 4 - t.dim();
   std::vector<std::int64_t> ext4(4, 1);
   for (std::int64_t x = lead; x < 4; ++x) ext4[static_cast<std::size_t>(x)] = t.size(x - lead);
-  Tensor grad = Tensor::full(t.shape(), 0.0f);
-  float* gd = grad.mutable_data<float>();
-  const float* src = ddense.data<float>();
+  Tensor grad = Tensor::full(t.shape(), 0.0f, ddense.dtype());
+  T* gd = grad.mutable_data<T>();
+  const T* src = ddense.data<T>();
   const std::int64_t full[4] = {ddense.size(0), ddense.size(1), ddense.size(2), ddense.size(3)};
   std::int64_t cs[4];  // contiguous strides of the 4-d view of grad
   cs[3] = 1;
@@ -341,9 +392,9 @@ Tensor dense_gradient(const Tensor& t, const Tensor& ddense) {
       for (std::int64_t r0 = 0; r0 < full[2]; ++r0) {
         const std::int64_t base = (ext4[0] == 1 ? 0 : b0 * cs[0]) +
                                   (ext4[1] == 1 ? 0 : h0 * cs[1]) + (ext4[2] == 1 ? 0 : r0 * cs[2]);
-        float* dst = gd + base;
+        T* dst = gd + base;
         if (ext4[3] == 1) {
-          float sum = 0.0f;
+          T sum = 0;
           for (std::int64_t c = 0; c < full[3]; ++c) sum += src[flat + c];
           dst[0] += sum;
         } else {
@@ -360,11 +411,98 @@ Tensor dense_gradient(const Tensor& t, const Tensor& ddense) {
 
 namespace detail {
 
+namespace {
+
+// The kernel's table gradient [h, 2 reach + 1] (centre reach) into the
+// user's [h, n] (T: float, or double in a float64 call).
+template <typename T>
+Tensor table_gradient(const AttentionParams& p, const Tensor& table, const std::vector<T>& dtable,
+                      DType dtype) {
+  const std::int64_t n = table.size(1), centre = (n - 1) / 2, reach = p.table_centre;
+  const std::int64_t len = 2 * reach + 1;
+  Tensor grad = Tensor::full(table.shape(), 0.0f, dtype);
+  T* gt = grad.mutable_data<T>();
+  for (std::int64_t hh = 0; hh < p.h; ++hh) {
+    for (std::int64_t rel = -std::min(reach, centre); rel <= std::min(reach, centre); ++rel) {
+      gt[hh * n + centre + rel] = dtable[static_cast<std::size_t>(hh * len + reach + rel)];
+    }
+  }
+  return grad;
+}
+
+// The float64 backward: the double reference in the core's layouts.
+void run_backward_f64(AttentionCall& call, const AttentionBias& bias, AttentionGradients& g) {
+  AttentionParams& p = call.p;
+  AttentionDouble& dbl = call.dbl;
+  std::vector<double> dtable;
+  Tensor ddense;
+  switch (bias.kind) {
+    case AttentionBiasKind::kNone:
+      break;
+    case AttentionBiasKind::kAlibi:
+      g.grad_slopes_f64.assign(call.slopes64.size(), 0.0);
+      dbl.dslopes = g.grad_slopes_f64.data();
+      break;
+    case AttentionBiasKind::kDistanceTable:
+      dtable.assign(static_cast<std::size_t>(p.h * (2 * p.table_centre + 1)), 0.0);
+      dbl.dtable = dtable.data();
+      break;
+    case AttentionBiasKind::kDense:
+      ddense = Tensor::empty({p.b, p.h, p.i, p.j}, DType::kFloat64);
+      dbl.ddense = ddense.mutable_data<double>();
+      break;
+  }
+  attention_backward_reference(p, dbl);
+  g.grad_slopes.assign(g.grad_slopes_f64.begin(), g.grad_slopes_f64.end());
+  if (bias.kind == AttentionBiasKind::kDistanceTable) {
+    g.grad_table = table_gradient(p, bias.table, dtable, DType::kFloat64);
+  }
+  if (bias.kind == AttentionBiasKind::kDense) {
+    g.grad_dense = dense_gradient<double>(bias.dense, ddense);
+  }
+}
+
+}  // namespace
+
+DType lse_dtype(const AttentionParams& p) {
+  return p.dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+}
+
+void set_forward_lse(AttentionCall& call, Tensor& lse) {
+  if (call.p.dtype == DType::kFloat64) {
+    call.dbl.lse = lse.mutable_data<double>();
+  } else {
+    call.p.lse = lse.mutable_data<float>();
+  }
+}
+
+void set_saved_lse(AttentionCall& call, const Tensor& lse) {
+  if (call.p.dtype == DType::kFloat64) {
+    call.dbl.saved_lse = lse.data<double>();
+  } else {
+    call.p.saved_lse = lse.data<float>();
+  }
+}
+
+void run_attention_forward(AttentionCall& call, bool reference) {
+  if (call.p.dtype == DType::kFloat64) {
+    attention_reference_run(call.p, &call.dbl);
+  } else if (reference) {
+    attention_reference_run(call.p);
+  } else {
+    fused_attention(call.p);
+  }
+}
+
 void run_attention_backward(AttentionCall& call, const AttentionBias& bias, AttentionGradients& g) {
   AttentionParams& p = call.p;
   p.dq = g.grad_q.raw_mutable_data();
   p.dk = g.grad_k.raw_mutable_data();
   p.dv = g.grad_v.raw_mutable_data();
+  if (p.dtype == DType::kFloat64) {
+    run_backward_f64(call, bias, g);
+    return;
+  }
   std::vector<float> dtable;
   Tensor ddense;
   switch (bias.kind) {
@@ -385,18 +523,11 @@ void run_attention_backward(AttentionCall& call, const AttentionBias& bias, Atte
   }
   detail::attention_backward_kernel(p);
   if (bias.kind == AttentionBiasKind::kDistanceTable) {
-    // The kernel's [h, 2 reach + 1] (centre reach) into the user's [h, n].
-    const std::int64_t n = bias.table.size(1), centre = (n - 1) / 2, reach = p.table_centre;
-    const std::int64_t len = 2 * reach + 1;
-    g.grad_table = Tensor::full(bias.table.shape(), 0.0f);
-    float* gt = g.grad_table.mutable_data<float>();
-    for (std::int64_t hh = 0; hh < p.h; ++hh) {
-      for (std::int64_t rel = -std::min(reach, centre); rel <= std::min(reach, centre); ++rel) {
-        gt[hh * n + centre + rel] = dtable[static_cast<std::size_t>(hh * len + reach + rel)];
-      }
-    }
+    g.grad_table = table_gradient(p, bias.table, dtable, DType::kFloat32);
   }
-  if (bias.kind == AttentionBiasKind::kDense) g.grad_dense = dense_gradient(bias.dense, ddense);
+  if (bias.kind == AttentionBiasKind::kDense) {
+    g.grad_dense = dense_gradient<float>(bias.dense, ddense);
+  }
 }
 
 }  // namespace detail
@@ -422,7 +553,7 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
   const std::vector<std::int64_t> qshape = {pr.b, pr.h, pr.i, pr.d};
   check_like(call, "out", out, qshape, q.dtype());
   check_like(call, "grad_out", grad_out, qshape, q.dtype());
-  check_like(call, "lse", lse, {pr.b, pr.h, pr.i}, DType::kFloat32);
+  check_like(call, "lse", lse, {pr.b, pr.h, pr.i}, detail::lse_dtype(pr));
   AttentionGradients g;
   g.grad_q = Tensor::empty(qshape, q.dtype());
   g.grad_k = Tensor::empty(k.shape(), k.dtype());
@@ -430,7 +561,7 @@ AttentionGradients attention_backward(const Tensor& q, const Tensor& k, const Te
   AttentionParams& p = call.p;
   p.saved_out = out.raw_data();
   std::copy_n(out.strides().data(), 4, p.saved_out_stride);
-  p.saved_lse = lse.data<float>();
+  detail::set_saved_lse(call, lse);
   std::copy_n(lse.strides().data(), 3, p.saved_lse_stride);
   p.dout = grad_out.raw_data();
   std::copy_n(grad_out.strides().data(), 4, p.dout_stride);
@@ -446,7 +577,7 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
   Tensor out = Tensor::empty({pr.b, pr.h, pr.i, pr.d}, q.dtype());
   if (out.numel() == 0) return out;
   call.p.out = out.raw_mutable_data();
-  detail::attention_reference_run(call.p);
+  detail::run_attention_forward(call, /*reference=*/true);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
 #include "kernels/attention_params.h"
 #include "posbias/attention.h"
 #include "posbias/tensor.h"
@@ -27,6 +28,11 @@ struct AttentionCall {
   std::vector<std::int32_t> cu_q, cu_k;  // varlen offsets (contiguous copies)
   std::vector<std::int32_t> seqlen_k;    // KV cache lengths
   std::vector<std::int32_t> blocks;      // KV cache block table, contiguous [b, max_blocks]
+  // float64 calls (p.dtype kFloat64): the double description (scale,
+  // softcap, bias; the lse and gradient buffers set by the caller) and the
+  // double copies it points into. Such calls take the reference path.
+  AttentionDouble dbl;
+  std::vector<double> slopes64, rtable64;
 
   // How fail() names the three tensors (kvcache_append: k_new and the caches).
   const char* names[3] = {"q", "k", "v"};
@@ -41,8 +47,9 @@ struct AttentionCall {
   [[noreturn]] void fail(const std::string& what) const;
 };
 
-// The dtype rule: q, k, v of one float dtype, or q float32 with k and v both
-// bfloat16 or both float16. Sets p.dtype and p.kv_dtype.
+// The dtype rule: q, k, v of one float dtype (float64 included), or q
+// float32 with k and v both bfloat16 or both float16. Sets p.dtype and
+// p.kv_dtype.
 void check_attention_dtypes(AttentionCall& call);
 
 // d >= 1, h a multiple of hk; the scale (finite); causal, window, softcap
@@ -53,8 +60,10 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
 
 // The bias against p.b, p.h (and for a dense bias p.i, p.j): slopes h or
 // b * h and finite, a float32 table [h, n] with n odd, a broadcastable
-// float32 dense bias (refused by ragged calls). Sets the bias fields of p
-// but not the table (finish_attention_table).
+// float32 dense bias (refused by ragged calls); in a float64 call the slopes
+// may be slopes_f64, the table float64 and the dense bias must be float64.
+// Sets the bias fields of p (and of call.dbl) but not the table
+// (finish_attention_table).
 void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool ragged);
 
 // The longest |q_pos - k_pos| among the visible (row, key) pairs of the
@@ -63,13 +72,25 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
 std::int64_t longest_visible_distance(const AttentionParams& p);
 
 // kTable: checks that (n - 1) / 2 covers longest_visible_distance() and
-// builds the reversed table p.rtable (padded so that a kernel reading any
-// |rel| <= max(j - 1, centre) plus a vector stays inside). Call after every
-// check of the call: it allocates.
+// builds the reversed table p.rtable (call.dbl.rtable in a float64 call; padded so that a kernel
+// reading any |rel| <= max(j - 1, centre) plus a vector stays inside). Call after every check of
+// the call: it allocates.
 void finish_attention_table(AttentionCall& call, const AttentionBias& bias);
 
+// A float64 call's lse is float64, every other call's float32.
+DType lse_dtype(const AttentionParams& p);
+// Points the call at its forward lse output, or at the backward's saved lse
+// (p.lse / p.saved_lse, or call.dbl's in a float64 call).
+void set_forward_lse(AttentionCall& call, Tensor& lse);
+void set_saved_lse(AttentionCall& call, const Tensor& lse);
+
+// Runs a described forward: the fused kernel, or the reference path when
+// `reference` (always for a float64 call, in double).
+void run_attention_forward(AttentionCall& call, bool reference);
+
 // The backward of a described call: allocates the bias gradient buffers,
-// runs the kernel and maps the table gradient back to the user's [h, n].
+// runs the kernel (the double reference backward for a float64 call) and
+// maps the table gradient back to the user's [h, n].
 // The caller sets p.saved_out, p.saved_lse, p.dout and their strides, and
 // sizes g.grad_q, g.grad_k, g.grad_v.
 void run_attention_backward(AttentionCall& call, const AttentionBias& bias, AttentionGradients& g);

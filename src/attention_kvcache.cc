@@ -121,15 +121,11 @@ AttentionForwardResult varlen_forward(const char* who, const Tensor& q, const Te
   describe_varlen(call, cu_q, cu_k, bias, options);
   AttentionForwardResult res;
   res.out = Tensor::empty({q.size(0), call.p.h, call.p.d}, q.dtype());
-  if (want_lse) res.lse = Tensor::empty({call.p.h, q.size(0)}, DType::kFloat32);
+  if (want_lse) res.lse = Tensor::empty({call.p.h, q.size(0)}, detail::lse_dtype(call.p));
   if (res.out.numel() == 0) return res;
   call.p.out = res.out.raw_mutable_data();
-  if (want_lse) call.p.lse = res.lse.mutable_data<float>();
-  if (reference) {
-    detail::attention_reference_run(call.p);
-  } else {
-    detail::fused_attention(call.p);
-  }
+  if (want_lse) detail::set_forward_lse(call, res.lse);
+  detail::run_attention_forward(call, reference);
   return res;
 }
 
@@ -263,11 +259,7 @@ Tensor kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
   Tensor out = Tensor::empty(q.shape(), q.dtype());
   if (out.numel() == 0) return out;
   call.p.out = out.raw_mutable_data();
-  if (reference) {
-    detail::attention_reference_run(call.p);
-  } else {
-    detail::fused_attention(call.p);
-  }
+  detail::run_attention_forward(call, reference);
   return out;
 }
 
@@ -335,8 +327,9 @@ AttentionGradients attention_varlen_backward(const Tensor& q, const Tensor& k, c
                 shape_string(t->shape()));
     }
   }
-  if (lse.shape() != std::vector<std::int64_t>{p.h, total_q} || lse.dtype() != DType::kFloat32) {
-    call.fail("lse must be float32 " + shape_string({p.h, total_q}) + ", got " +
+  const DType lse_dt = detail::lse_dtype(p);
+  if (lse.shape() != std::vector<std::int64_t>{p.h, total_q} || lse.dtype() != lse_dt) {
+    call.fail("lse must be " + dtype_name(lse_dt) + " " + shape_string({p.h, total_q}) + ", got " +
               dtype_name(lse.dtype()) + " " + shape_string(lse.shape()));
   }
   AttentionGradients g;
@@ -347,7 +340,7 @@ AttentionGradients attention_varlen_backward(const Tensor& q, const Tensor& k, c
   token_strides(out, p.saved_out_stride);
   p.dout = grad_out.raw_data();
   token_strides(grad_out, p.dout_stride);
-  p.saved_lse = lse.data<float>();
+  detail::set_saved_lse(call, lse);
   p.saved_lse_stride[0] = 0;
   p.saved_lse_stride[1] = lse.strides()[0];
   p.saved_lse_stride[2] = lse.strides()[1];

@@ -20,18 +20,78 @@
 #include "posbias/dtype.h"
 
 namespace posbias::detail {
-namespace {
 
-double load(const void* base, DType dtype, std::int64_t off) {
+double reference_load(const void* base, DType dtype, std::int64_t off) {
   switch (dtype) {
     case DType::kBFloat16:
       return to_float(static_cast<const bfloat16*>(base)[off]);
     case DType::kFloat16:
       return to_float(static_cast<const float16*>(base)[off]);
+    case DType::kFloat64:
+      return static_cast<const double*>(base)[off];
     default:
       return static_cast<const float*>(base)[off];
   }
 }
+
+std::int64_t reference_key_offset(const AttentionParams& p, const Sequence& sq, std::int64_t s,
+                                  std::int64_t kvh, std::int64_t c, const std::int64_t* stride) {
+  if (p.key_layout == KeyLayout::kPaged) {
+    const std::int64_t block =
+        p.block_table[s * p.block_table_stride[0] + (c / p.block_size) * p.block_table_stride[1]];
+    return block * stride[0] + kvh * stride[1] + (c % p.block_size) * stride[2];
+  }
+  return s * stride[0] + kvh * stride[1] + (sq.k_row0 + c) * stride[2];
+}
+
+bool reference_key_masked(const AttentionParams& p, std::int64_t s, std::int64_t c) {
+  return p.key_mask != nullptr &&
+         p.key_mask[s * p.key_mask_stride[0] + c * p.key_mask_stride[1]] == 0;
+}
+
+ReferenceScore reference_score(const AttentionParams& p, const AttentionDouble& dbl,
+                               const Sequence& sq, std::int64_t s, std::int64_t x, std::int64_t r,
+                               std::int64_t qpos, std::int64_t c) {
+  const std::int64_t kvh = x / (p.h / p.hk);
+  const std::int64_t qo = s * p.q_stride[0] + x * p.q_stride[1] + (sq.q_row0 + r) * p.q_stride[2];
+  const std::int64_t ko = reference_key_offset(p, sq, s, kvh, c, p.k_stride);
+  double dot = 0.0;
+  for (std::int64_t e = 0; e < p.d; ++e) {
+    dot += reference_load(p.q, p.dtype, qo + e * p.q_stride[3]) *
+           reference_load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
+  }
+  ReferenceScore sc;
+  sc.score = dbl.scale * dot;
+  if (dbl.softcap > 0.0) {
+    const double t = std::tanh(sc.score / dbl.softcap);
+    sc.score = dbl.softcap * t;
+    sc.dcap = 1.0 - t * t;
+  }
+  const double dist = static_cast<double>(std::llabs(c - qpos));
+  switch (p.bias) {
+    case FusedBias::kAlibi:
+      sc.score -= (dbl.slopes != nullptr ? dbl.slopes[s * p.slopes_seq_stride + x]
+                                         : static_cast<double>(slope_of(p, s, x))) *
+                  dist;
+      break;
+    case FusedBias::kTable: {
+      const std::int64_t at = x * p.rtable_stride + table_index(p, c - qpos);
+      sc.score += dbl.rtable != nullptr ? dbl.rtable[at] : static_cast<double>(p.rtable[at]);
+      break;
+    }
+    case FusedBias::kDense: {
+      const std::int64_t at = s * p.dense_stride[0] + x * p.dense_stride[1] +
+                              r * p.dense_stride[2] + c * p.dense_stride[3];
+      sc.score += dbl.dense != nullptr ? dbl.dense[at] : static_cast<double>(p.dense[at]);
+      break;
+    }
+    case FusedBias::kNone:
+      break;
+  }
+  return sc;
+}
+
+namespace {
 
 void store(void* base, DType dtype, std::int64_t off, double value) {
   const float f = static_cast<float>(value);
@@ -42,67 +102,20 @@ void store(void* base, DType dtype, std::int64_t off, double value) {
     case DType::kFloat16:
       static_cast<float16*>(base)[off] = to_float16(f);
       break;
+    case DType::kFloat64:
+      static_cast<double*>(base)[off] = value;
+      break;
     default:
       static_cast<float*>(base)[off] = f;
       break;
   }
 }
 
-// Offset of key c of sequence s, kv head kvh, element 0 in a k- or v-like
-// tensor with the given strides.
-std::int64_t key_offset(const AttentionParams& p, const Sequence& sq, std::int64_t s,
-                        std::int64_t kvh, std::int64_t c, const std::int64_t* stride) {
-  if (p.key_layout == KeyLayout::kPaged) {
-    const std::int64_t block =
-        p.block_table[s * p.block_table_stride[0] + (c / p.block_size) * p.block_table_stride[1]];
-    return block * stride[0] + kvh * stride[1] + (c % p.block_size) * stride[2];
-  }
-  return s * stride[0] + kvh * stride[1] + (sq.k_row0 + c) * stride[2];
-}
-
-bool key_masked(const AttentionParams& p, std::int64_t s, std::int64_t c) {
-  return p.key_mask != nullptr &&
-         p.key_mask[s * p.key_mask_stride[0] + c * p.key_mask_stride[1]] == 0;
-}
-
-// The score of row r (position qpos) of sequence s, query head x, against
-// key c: softcap, then the bias.
-double score_of(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::int64_t x,
-                std::int64_t r, std::int64_t qpos, std::int64_t c) {
-  const std::int64_t kvh = x / (p.h / p.hk);
-  const std::int64_t qo = s * p.q_stride[0] + x * p.q_stride[1] + (sq.q_row0 + r) * p.q_stride[2];
-  const std::int64_t ko = key_offset(p, sq, s, kvh, c, p.k_stride);
-  double dot = 0.0;
-  for (std::int64_t e = 0; e < p.d; ++e) {
-    dot +=
-        load(p.q, p.dtype, qo + e * p.q_stride[3]) * load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
-  }
-  double score = static_cast<double>(p.scale) * dot;
-  if (p.softcap > 0.0f) {
-    const double cap = p.softcap;
-    score = cap * std::tanh(score / cap);
-  }
-  switch (p.bias) {
-    case FusedBias::kAlibi:
-      score -= static_cast<double>(slope_of(p, s, x)) * static_cast<double>(std::llabs(c - qpos));
-      break;
-    case FusedBias::kTable:
-      score += p.rtable[x * p.rtable_stride + table_index(p, c - qpos)];
-      break;
-    case FusedBias::kDense:
-      score += p.dense[s * p.dense_stride[0] + x * p.dense_stride[1] + r * p.dense_stride[2] +
-                       c * p.dense_stride[3]];
-      break;
-    case FusedBias::kNone:
-      break;
-  }
-  return score;
-}
-
 // One row: scores into `scores` (indexed from the first visible key), then
 // the output and lse. `acc` holds d doubles.
-void run_row(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::int64_t x,
-             std::int64_t r, std::vector<double>& scores, std::vector<double>& acc) {
+void run_row(const AttentionParams& p, const AttentionDouble& dbl, const Sequence& sq,
+             std::int64_t s, std::int64_t x, std::int64_t r, std::vector<double>& scores,
+             std::vector<double>& acc) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::int64_t qpos = sq.q_offset + r;
   const KeyRange kr = visible_keys(p, sq.j, qpos);
@@ -110,7 +123,8 @@ void run_row(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::
   bool nan = false;
   for (std::int64_t c = kr.begin; c < kr.end; ++c) {
     double& sc = scores[static_cast<std::size_t>(c - kr.begin)];
-    sc = key_masked(p, s, c) ? -kInf : score_of(p, sq, s, x, r, qpos, c);
+    sc =
+        reference_key_masked(p, s, c) ? -kInf : reference_score(p, dbl, sq, s, x, r, qpos, c).score;
     if (std::isnan(sc)) nan = true;
     if (sc > mx) mx = sc;
   }
@@ -123,12 +137,13 @@ void run_row(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::
     const std::int64_t kvh = x / (p.h / p.hk);
     double sum = 0.0;
     for (std::int64_t c = kr.begin; c < kr.end; ++c) {
-      if (key_masked(p, s, c)) continue;  // never read
+      if (reference_key_masked(p, s, c)) continue;  // never read
       const double w = std::exp(scores[static_cast<std::size_t>(c - kr.begin)] - mx);
       sum += w;
-      const std::int64_t vo = key_offset(p, sq, s, kvh, c, p.v_stride);
+      const std::int64_t vo = reference_key_offset(p, sq, s, kvh, c, p.v_stride);
       for (std::int64_t e = 0; e < p.d; ++e) {
-        acc[static_cast<std::size_t>(e)] += w * load(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
+        acc[static_cast<std::size_t>(e)] +=
+            w * reference_load(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
       }
     }
     for (double& a : acc) a /= sum;
@@ -139,16 +154,19 @@ void run_row(const AttentionParams& p, const Sequence& sq, std::int64_t s, std::
   for (std::int64_t e = 0; e < p.d; ++e) {
     store(p.out, p.dtype, oo + e * p.out_stride[3], acc[static_cast<std::size_t>(e)]);
   }
-  if (p.lse != nullptr) {
-    p.lse[s * p.lse_stride[0] + x * p.lse_stride[1] + row * p.lse_stride[2]] =
-        static_cast<float>(lse);
-  }
+  const std::int64_t lo = s * p.lse_stride[0] + x * p.lse_stride[1] + row * p.lse_stride[2];
+  if (dbl.lse != nullptr) dbl.lse[lo] = lse;
+  if (p.lse != nullptr) p.lse[lo] = static_cast<float>(lse);
 }
 
 }  // namespace
 
-void attention_reference_run(const AttentionParams& p) {
+void attention_reference_run(const AttentionParams& p, const AttentionDouble* dbl_in) {
   if (p.b <= 0 || p.h <= 0) return;
+  AttentionDouble plain;  // a float call: p's scale, softcap and float bias
+  plain.scale = p.scale;
+  plain.softcap = p.softcap;
+  const AttentionDouble& dbl = dbl_in != nullptr ? *dbl_in : plain;
   std::int64_t rows = 0, keys = 0;  // the longest sequence's
   for (std::int64_t s = 0; s < p.b; ++s) {
     const Sequence sq = sequence(p, s);
@@ -166,7 +184,7 @@ void attention_reference_run(const AttentionParams& p) {
       const std::int64_t x = (t / rows) % p.h;
       const std::int64_t r = t % rows;
       const Sequence sq = sequence(p, s);
-      if (r < sq.i) run_row(p, sq, s, x, r, scores, acc);
+      if (r < sq.i) run_row(p, dbl, sq, s, x, r, scores, acc);
     }
   }
 }

@@ -50,7 +50,12 @@ struct AttentionBias {
   /// number of sequences, also for packed and paged calls);
   /// bias[s][h][r][c] = -slopes[s][h] * |c - q_r|.
   std::vector<float> slopes;
-  /// kDistanceTable: float32 [h, n], n odd (any strides), read at its centre:
+  /// kAlibi in a float64 call only: the slopes in double (same count rule),
+  /// instead of `slopes` (give one of the two; float32 `slopes` are widened
+  /// exactly). A non-float64 call with slopes_f64 is refused.
+  std::vector<double> slopes_f64;
+  /// kDistanceTable: float32 [h, n], n odd (any strides), read at its centre
+  /// (float32 or float64 in a float64 call, read in double):
   /// bias[h][r][c] = table[h][(q_r - c) + (n - 1) / 2]. One table built for
   /// the longest sequence therefore serves every shorter one. n must cover
   /// every visible (row, key) pair: (n - 1) / 2 >= |q_r - c| for each of them
@@ -58,15 +63,18 @@ struct AttentionBias {
   /// centred). A table of n = 2j - 1 reads exactly as before this rule
   /// (centre j - 1); a longer one used to be read at j - 1.
   Tensor table;
-  /// kDense: float32, at most 4 dimensions, broadcastable to [b, h, i, j]
-  /// (right-aligned like PyTorch; size-1 or missing dimensions broadcast);
-  /// any strides. Use it for padding masks (-inf) or learned biases.
+  /// kDense: float32 (float64 in a float64 call), at most 4 dimensions,
+  /// broadcastable to [b, h, i, j] (right-aligned like PyTorch; size-1 or
+  /// missing dimensions broadcast); any strides. Use it for padding masks
+  /// (-inf) or learned biases.
   Tensor dense;
 
   /// No bias.
   static AttentionBias none();
   /// ALiBi with the given per-head slopes (e.g. alibi_slopes(h)).
   static AttentionBias alibi(std::vector<float> slopes);
+  /// ALiBi with float64 slopes (slopes_f64), for float64 calls.
+  static AttentionBias alibi_f64(std::vector<double> slopes);
   /// A per-head table indexed by relative distance (see `table`).
   static AttentionBias distance_table(Tensor table);
   /// A dense additive bias (see `dense`).
@@ -109,6 +117,18 @@ struct AttentionOptions {
 };
 
 /// Fused attention with a positional bias (FlashAttention-2 style).
+///
+/// float64 (every attention call: forward, forward_lse, varlen, KV cache,
+/// the backwards and the references): q, k and v all float64 take the
+/// reference path, exact in double (scores, softmax, sums, the bias and every
+/// gradient in double; the default scale is 1 / sqrt(d) in double; softcap
+/// and an explicit scale are the float options widened). Not fast: one row
+/// at a time, no blocking and no SIMD, for gradcheck and reference work. The
+/// output, the lse (float64 [b, h, i] or [h, total_q]) and every gradient are
+/// float64 (grad_slopes_f64 in double, grad_slopes its float32 rounding);
+/// slopes may be float32 (`slopes`) or double (`slopes_f64`), a table float32
+/// or float64, a dense bias must be float64. float64 mixed with any other
+/// dtype among q, k, v is refused (std::invalid_argument naming the three).
 ///
 /// q [b, h, i, d], k and v [b, hk, j, d] (h % hk == 0), any strides. Dtypes:
 /// all three float32, bfloat16 or float16 (the same dtype), or q float32 with
@@ -171,7 +191,7 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 /// attention_forward() and the per-row log-sum-exp of the softmax.
 struct AttentionForwardResult {
   Tensor out;  ///< [b, h, i, d] in q's dtype, as attention_forward()
-  /// float32 [b, h, i]: lse[b][h][r] = ln(sum over visible c of
+  /// float32 [b, h, i] (float64 in a float64 call): lse[b][h][r] = ln(sum over visible c of
   /// exp(scale q_r.k_c + bias[r][c])), the natural log of the softmax
   /// denominator including the row max; -inf for a row that sees no key or
   /// whose visible scores are all -inf. What a FlashAttention-style backward
@@ -193,18 +213,21 @@ struct AttentionGradients {
   Tensor grad_q;  ///< [b, h, i, d] in q's dtype
   Tensor grad_k;  ///< [b, hk, j, d] in k's dtype (summed over the query heads of a kv head)
   Tensor grad_v;  ///< [b, hk, j, d] in v's dtype (likewise)
-  /// kDistanceTable: float32 [h, n] with the table's n (entries past 2j - 2
-  /// and those no visible (row, key) pair reads are zero): the sum over the
-  /// batch and over each diagonal (q_r - c constant) of dS = dL/dscore.
-  /// Empty for the other kinds.
+  /// kDistanceTable: float32 (float64 in a float64 call) [h, n] with the
+  /// table's n (entries past 2j - 2 and those no visible (row, key) pair
+  /// reads are zero): the sum over the batch and over each diagonal
+  /// (q_r - c constant) of dS = dL/dscore. Empty for the other kinds.
   Tensor grad_table;
-  /// kDense: float32 in the dense bias's shape: dS summed over the
-  /// broadcast dimensions. Empty for the other kinds.
+  /// kDense: float32 (float64 in a float64 call) in the dense bias's shape:
+  /// dS summed over the broadcast dimensions. Empty for the other kinds.
   Tensor grad_dense;
   /// kAlibi: float32, one per slope given (h, or b * h for per-sequence
   /// slopes): dL/dslope = sum of dS * -|c - q_r| over the rows and keys the
   /// slope applies to. Empty otherwise.
   std::vector<float> grad_slopes;
+  /// kAlibi in a float64 call: dL/dslope in double (grad_slopes is then its
+  /// float32 rounding). Empty otherwise.
+  std::vector<double> grad_slopes_f64;
 };
 
 /// The backward of attention_forward(): gradients of a loss L given
@@ -220,10 +243,13 @@ struct AttentionGradients {
 ///
 /// Arguments: q, k, v, bias and options exactly as given to the forward;
 /// out [b, h, i, d] and grad_out [b, h, i, d] in q's dtype (any strides);
-/// lse float32 [b, h, i] (any strides). Masked keys and rows with lse = -inf
-/// get zero gradient. Numerics: float32 accumulation; agrees with a double
-/// reference to about 1e-5 + 1e-4 |g| (relative to the largest gradients of
-/// a tensor for long rows).
+/// lse float32 [b, h, i] (float64 in a float64 call; any strides). Masked
+/// keys and rows with lse = -inf get zero gradient. Numerics: float32
+/// accumulation; agrees with a double reference to about 1e-5 + 1e-4 |g|
+/// (relative to the largest gradients of a tensor for long rows). A float64
+/// call runs the double reference backward instead (exact in double; threads
+/// over (sequence, kv head) tasks, each owning its dK and dV rows; results do
+/// not depend on the thread count; O(j + d) memory per thread).
 ///
 /// Threads: OpenMP over (sequence, head) tasks, longest sequences first (one
 /// task owns a head; fewer tasks than threads leaves threads idle); results
@@ -280,8 +306,8 @@ Tensor attention_varlen_forward(const Tensor& q, const Tensor& k, const Tensor& 
                                 const AttentionOptions& options = {});
 
 /// attention_varlen_forward() and the log-sum-exp of every row, float32
-/// [h, total_q] (FlashAttention-2's varlen softmax_lse layout); -inf for a row
-/// that sees no key.
+/// [h, total_q] (float64 in a float64 call; FlashAttention-2's varlen
+/// softmax_lse layout); -inf for a row that sees no key.
 AttentionForwardResult attention_varlen_forward_lse(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
     const Tensor& cu_seqlens_k, const AttentionBias& bias = AttentionBias::none(),
@@ -356,7 +382,8 @@ Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const
 /// cache_seqlens + n afterwards. Errors: std::invalid_argument with the values
 /// for an append past the cache's end (cache_seqlens[s] + n above
 /// max_blocks * block_size, or max_len), a block index outside
-/// [0, num_blocks), shapes or dtypes that do not match the cache.
+/// [0, num_blocks), shapes or dtypes that do not match the cache. float64
+/// is not appended (float64 attention reads whole float64 caches).
 void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlens,
                     const Tensor& block_table, const Tensor& k_new, const Tensor& v_new);
 
