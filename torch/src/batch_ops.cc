@@ -27,12 +27,9 @@
 namespace posbias {
 namespace {
 
-using torch_bridge::as_float32;
 using torch_bridge::check_cpu;
 using torch_bridge::core_call;
-using torch_bridge::dtype_of;
 using torch_bridge::to_torch;
-using torch_bridge::vector_tensor;
 using torch_bridge::view_of;
 
 using OptT = c10::optional<at::Tensor>;
@@ -47,24 +44,23 @@ struct Call {
   at::Tensor table32, dense32, mask;
 };
 
-Call make_call(const char* who, const OptT& slopes, const OptT& table, const OptT& dense,
-               c10::optional<double> scale, bool causal, c10::optional<int64_t> q_offset,
-               int64_t left, int64_t right, double softcap, const OptT& key_mask) {
+// q float64: the bias in double for the core's float64 path (issue 18).
+Call make_call(const char* who, const at::Tensor& q, const OptT& slopes, const OptT& table,
+               const OptT& dense, c10::optional<double> scale, bool causal,
+               c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
+               const OptT& key_mask) {
   Call c;
+  const bool f64 = q.scalar_type() == at::kDouble;
   TORCH_CHECK_VALUE(given(slopes) + given(table) + given(dense) <= 1, "posbias.", who,
                     ": give at most one of slopes, table and dense");
   if (given(slopes)) {
-    const at::Tensor s = as_float32(*slopes, who, "slopes").contiguous();
-    TORCH_CHECK_VALUE(s.dim() == 1 || s.dim() == 2, "posbias.", who,
-                      ": slopes must be [h] or [b, h], got shape ", s.sizes());
-    c.bias = AttentionBias::alibi(
-        std::vector<float>(s.data_ptr<float>(), s.data_ptr<float>() + s.numel()));
+    c.bias = torch_bridge::attention_slopes_bias(*slopes, f64, who);
   } else if (given(table)) {
-    c.table32 = as_float32(*table, who, "table");
-    c.bias = AttentionBias::distance_table(view_of(c.table32, DType::kFloat32));
+    c.bias = AttentionBias::distance_table(
+        torch_bridge::attention_bias_tensor(*table, f64, who, "table", &c.table32));
   } else if (given(dense)) {
-    c.dense32 = as_float32(*dense, who, "dense");
-    c.bias = AttentionBias::dense_bias(view_of(c.dense32, DType::kFloat32));
+    c.bias = AttentionBias::dense_bias(
+        torch_bridge::attention_bias_tensor(*dense, f64, who, "dense", &c.dense32));
   }
   if (scale) {
     TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.", who, ": scale must be finite, got ",
@@ -93,8 +89,9 @@ std::vector<Tensor> qkv(const char* who, const at::Tensor& q, const at::Tensor& 
   check_cpu(q, who, "q");
   check_cpu(k, who, "k");
   check_cpu(v, who, "v");
-  return {view_of(q, dtype_of(q, who, "q")), view_of(k, dtype_of(k, who, "k")),
-          view_of(v, dtype_of(v, who, "v"))};
+  using torch_bridge::float_dtype_of;
+  return {view_of(q, float_dtype_of(q, who, "q")), view_of(k, float_dtype_of(k, who, "k")),
+          view_of(v, float_dtype_of(v, who, "v"))};
 }
 
 Tensor int_view(const char* who, const at::Tensor& t, const char* name) {
@@ -114,7 +111,7 @@ Grads to_grads(const AttentionGradients& g, const OptT& slopes, const OptT& tabl
                const OptT& dense) {
   at::Tensor gs = at::empty({0}, at::kFloat), gt = gs, gd = gs;
   if (given(slopes) && !g.grad_slopes.empty()) {
-    gs = vector_tensor(g.grad_slopes).view(slopes->sizes());
+    gs = torch_bridge::attention_slope_grad(g, !g.grad_slopes_f64.empty()).view(slopes->sizes());
   }
   if (given(table)) gt = to_torch(g.grad_table);
   if (given(dense)) gd = to_torch(g.grad_dense);
@@ -124,7 +121,7 @@ Grads to_grads(const AttentionGradients& g, const OptT& slopes, const OptT& tabl
 Tensor go_view(const char* who, const at::Tensor& go, const at::Tensor& out) {
   check_cpu(go, who, "grad_out");
   const at::Tensor g = go.scalar_type() == out.scalar_type() ? go : go.to(out.scalar_type());
-  return view_of(g, dtype_of(g, who, "grad_out"));
+  return view_of(g, torch_bridge::float_dtype_of(g, who, "grad_out"));
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_options_forward(
@@ -133,8 +130,8 @@ std::tuple<at::Tensor, at::Tensor> attention_options_forward(
     c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
     const OptT& key_mask) {
   const char* who = "attention";
-  const Call c =
-      make_call(who, slopes, table, dense, scale, causal, q_offset, left, right, softcap, key_mask);
+  const Call c = make_call(who, q, slopes, table, dense, scale, causal, q_offset, left, right,
+                           softcap, key_mask);
   const std::vector<Tensor> t = qkv(who, q, k, v);
   const AttentionForwardResult r =
       core_call([&] { return attention_forward_lse(t[0], t[1], t[2], c.bias, c.options); });
@@ -148,12 +145,14 @@ Grads attention_options_backward(const at::Tensor& q, const at::Tensor& k, const
                                  double softcap, const OptT& key_mask, const at::Tensor& out,
                                  const at::Tensor& lse, const at::Tensor& grad_out) {
   const char* who = "attention_backward";
-  const Call c =
-      make_call(who, slopes, table, dense, scale, causal, q_offset, left, right, softcap, key_mask);
+  const Call c = make_call(who, q, slopes, table, dense, scale, causal, q_offset, left, right,
+                           softcap, key_mask);
   const std::vector<Tensor> t = qkv(who, q, k, v);
   const Tensor go = go_view(who, grad_out, out);
-  const Tensor o = view_of(out, dtype_of(out, who, "out"));
-  const Tensor l = view_of(as_float32(lse, who, "lse"), DType::kFloat32);
+  const Tensor o = view_of(out, torch_bridge::float_dtype_of(out, who, "out"));
+  at::Tensor lse_kept;
+  const Tensor l =
+      torch_bridge::attention_lse_view(lse, q.scalar_type() == at::kDouble, who, &lse_kept);
   const AttentionGradients g =
       core_call([&] { return attention_backward(t[0], t[1], t[2], c.bias, c.options, o, l, go); });
   return to_grads(g, slopes, table, dense);
@@ -164,7 +163,7 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_forward_op(
     const at::Tensor& cu_k, const OptT& slopes, const OptT& table, c10::optional<double> scale,
     bool causal, int64_t left, int64_t right, double softcap) {
   const char* who = "attention_varlen";
-  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+  const Call c = make_call(who, q, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
                            right, softcap, c10::nullopt);
   const std::vector<Tensor> t = qkv(who, q, k, v);
   const Tensor cq = int_view(who, cu_q, "cu_seqlens_q"), ck = int_view(who, cu_k, "cu_seqlens_k");
@@ -180,13 +179,15 @@ Grads attention_varlen_backward_op(const at::Tensor& q, const at::Tensor& k, con
                                    int64_t right, double softcap, const at::Tensor& out,
                                    const at::Tensor& lse, const at::Tensor& grad_out) {
   const char* who = "attention_varlen_backward";
-  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+  const Call c = make_call(who, q, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
                            right, softcap, c10::nullopt);
   const std::vector<Tensor> t = qkv(who, q, k, v);
   const Tensor cq = int_view(who, cu_q, "cu_seqlens_q"), ck = int_view(who, cu_k, "cu_seqlens_k");
   const Tensor go = go_view(who, grad_out, out);
-  const Tensor o = view_of(out, dtype_of(out, who, "out"));
-  const Tensor l = view_of(as_float32(lse, who, "lse"), DType::kFloat32);
+  const Tensor o = view_of(out, torch_bridge::float_dtype_of(out, who, "out"));
+  at::Tensor lse_kept;
+  const Tensor l =
+      torch_bridge::attention_lse_view(lse, q.scalar_type() == at::kDouble, who, &lse_kept);
   const AttentionGradients g = core_call([&] {
     return attention_varlen_backward(t[0], t[1], t[2], cq, ck, c.bias, c.options, o, l, go);
   });
@@ -199,7 +200,7 @@ at::Tensor attention_kvcache_op(const at::Tensor& q, const at::Tensor& k_cache,
                                 c10::optional<double> scale, bool causal, int64_t left,
                                 int64_t right, double softcap) {
   const char* who = "attention_with_kvcache";
-  const Call c = make_call(who, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
+  const Call c = make_call(who, q, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
                            right, softcap, c10::nullopt);
   const std::vector<Tensor> t = qkv(who, q, k_cache, v_cache);
   const Tensor sl = int_view(who, cache_seqlens, "cache_seqlens");
@@ -296,9 +297,19 @@ class OptionsAttention : public torch::autograd::Function<OptionsAttention> {
                                                o.causal, q_offset, o.left, o.right, o.softcap,
                                                opt(s[8]), s[3], s[4], grad_of_out(grads, s[3]));
     const at::Tensor none;
-    return {std::get<0>(g), std::get<1>(g), std::get<2>(g), grad_like(std::get<3>(g), slopes),
-            grad_like(std::get<4>(g), table), grad_like(std::get<5>(g), dense), none, none, none,
-            none, none, none, none};
+    return {std::get<0>(g),
+            std::get<1>(g),
+            std::get<2>(g),
+            grad_like(std::get<3>(g), slopes),
+            grad_like(std::get<4>(g), table),
+            grad_like(std::get<5>(g), dense),
+            none,
+            none,
+            none,
+            none,
+            none,
+            none,
+            none};
   }
 };
 
@@ -310,8 +321,8 @@ class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
                                const at::Tensor& v, const at::Tensor& cu_q, const at::Tensor& cu_k,
                                const OptT& slopes, const OptT& table, c10::optional<double> scale,
                                bool causal, int64_t left, int64_t right, double softcap) {
-    auto [out, lse] = attention_varlen_forward_op(q, k, v, cu_q, cu_k, slopes, table, scale,
-                                                  causal, left, right, softcap);
+    auto [out, lse] = attention_varlen_forward_op(q, k, v, cu_q, cu_k, slopes, table, scale, causal,
+                                                  left, right, softcap);
     ctx->save_for_backward(
         {q, k, v, out, lse, cu_q, cu_k, or_undefined(slopes), or_undefined(table)});
     save_options(ctx, scale, causal, left, right, softcap);
@@ -327,9 +338,18 @@ class VarlenAttention : public torch::autograd::Function<VarlenAttention> {
                                                  o.scale, o.causal, o.left, o.right, o.softcap,
                                                  s[3], s[4], grad_of_out(grads, s[3]));
     const at::Tensor none;
-    return {std::get<0>(g), std::get<1>(g), std::get<2>(g), none, none,
-            grad_like(std::get<3>(g), slopes), grad_like(std::get<4>(g), table), none, none,
-            none, none, none};
+    return {std::get<0>(g),
+            std::get<1>(g),
+            std::get<2>(g),
+            none,
+            none,
+            grad_like(std::get<3>(g), slopes),
+            grad_like(std::get<4>(g), table),
+            none,
+            none,
+            none,
+            none,
+            none};
   }
 };
 
@@ -354,16 +374,17 @@ std::tuple<at::Tensor, at::Tensor> attention_options_autograd(
   return {r[0], r[1]};
 }
 
-Grads attention_options_backward_autograd(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptT& slopes,
-    const OptT& table, const OptT& dense, c10::optional<double> scale, bool causal,
-    c10::optional<int64_t> q_offset, int64_t left, int64_t right, double softcap,
-    const OptT& key_mask, const at::Tensor& out, const at::Tensor& lse,
-    const at::Tensor& grad_out) {
+Grads attention_options_backward_autograd(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const OptT& slopes,
+                                          const OptT& table, const OptT& dense,
+                                          c10::optional<double> scale, bool causal,
+                                          c10::optional<int64_t> q_offset, int64_t left,
+                                          int64_t right, double softcap, const OptT& key_mask,
+                                          const at::Tensor& out, const at::Tensor& lse,
+                                          const at::Tensor& grad_out) {
   if (any_meta({&q, &k, &v})) {
-    return meta::attention_options_backward(q, k, v, slopes, table, dense, scale, causal,
-                                            q_offset, left, right, softcap, key_mask, out, lse,
-                                            grad_out);
+    return meta::attention_options_backward(q, k, v, slopes, table, dense, scale, causal, q_offset,
+                                            left, right, softcap, key_mask, out, lse, grad_out);
   }
   return attention_options_backward(q, k, v, slopes, table, dense, scale, causal, q_offset, left,
                                     right, softcap, key_mask, out, lse, grad_out);
@@ -377,8 +398,8 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_autograd(
     return meta::attention_varlen_forward(q, k, v, cu_q, cu_k, slopes, table, scale, causal, left,
                                           right, softcap);
   }
-  const variable_list r = VarlenAttention::apply(q, k, v, cu_q, cu_k, slopes, table, scale,
-                                                 causal, left, right, softcap);
+  const variable_list r = VarlenAttention::apply(q, k, v, cu_q, cu_k, slopes, table, scale, causal,
+                                                 left, right, softcap);
   return {r[0], r[1]};
 }
 
@@ -390,8 +411,8 @@ Grads attention_varlen_backward_autograd(const at::Tensor& q, const at::Tensor& 
                                          const at::Tensor& out, const at::Tensor& lse,
                                          const at::Tensor& grad_out) {
   if (any_meta({&q, &k, &v})) {
-    return meta::attention_varlen_backward(q, k, v, cu_q, cu_k, slopes, table, scale, causal,
-                                           left, right, softcap, out, lse, grad_out);
+    return meta::attention_varlen_backward(q, k, v, cu_q, cu_k, slopes, table, scale, causal, left,
+                                           right, softcap, out, lse, grad_out);
   }
   return attention_varlen_backward_op(q, k, v, cu_q, cu_k, slopes, table, scale, causal, left,
                                       right, softcap, out, lse, grad_out);
@@ -406,8 +427,8 @@ at::Tensor attention_kvcache_autograd(const at::Tensor& q, const at::Tensor& k_c
     return meta::attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
                                    scale, causal, left, right, softcap);
   }
-  return attention_kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
-                              scale, causal, left, right, softcap);
+  return attention_kvcache_op(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table, scale,
+                              causal, left, right, softcap);
 }
 
 void kvcache_append_autograd(const at::Tensor& k_cache, const at::Tensor& v_cache,
