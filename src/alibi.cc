@@ -46,7 +46,31 @@ std::vector<float> negated_with_zero_heads(const std::vector<float>& slopes,
   return scale;
 }
 
+// float64 (the reference path): scale * dist in double, exact (a float32
+// slope times an integer distance below 2^29 fits in 53 bits).
+void fill_f64(const detail::AlibiFillParams& p) {
+  auto* out = static_cast<double*>(p.out);
+  const std::int64_t rows = p.heads * p.rows;
+#pragma omp parallel for schedule(static) if (rows * p.cols >= (1 << 16))
+  for (std::int64_t flat = 0; flat < rows; ++flat) {
+    const std::int64_t h = flat / p.rows, q = p.q0 + flat % p.rows;
+    const double s = p.scale[h];
+    for (std::int64_t c = 0; c < p.cols; ++c) {
+      const std::int64_t diff = c - q;
+      const std::int64_t dist =
+          p.kind == detail::DistanceKind::kAbs ? std::llabs(diff) : (diff < 0 ? -diff : 0);
+      double v = s * static_cast<double>(dist);
+      if (p.canonical_zero) v += 0.0;
+      out[flat * p.cols + c] = v;
+    }
+  }
+}
+
 void fill(const detail::AlibiFillParams& p) {
+  if (p.dtype == DType::kFloat64) {
+    fill_f64(p);
+    return;
+  }
   const std::size_t bytes = static_cast<std::size_t>(p.heads) * static_cast<std::size_t>(p.rows) *
                             static_cast<std::size_t>(p.cols) * dtype_size(p.dtype);
   detail::alibi_fill(p, bytes >= detail::stream_threshold_bytes());
@@ -72,7 +96,7 @@ void fill_bottom_right(const std::vector<float>& scale, std::int64_t i, std::int
 Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads, std::int64_t i,
                   std::int64_t j, DType dtype) {
   check_slopes_and_total("alibi_bias", slopes, total_heads);
-  check_output_dtype(dtype, "alibi_bias");
+  check_float_dtype(dtype, "alibi_bias");
   check_lengths("alibi_bias", i, j);
   Tensor out = Tensor::empty({total_heads, i, j}, dtype);
   // Nothing to write: return before the per-head multipliers (total_heads of
@@ -86,7 +110,7 @@ Tensor alibi_bias(const std::vector<float>& slopes, std::int64_t total_heads, st
 void alibi_bias_into(const std::vector<float>& slopes, std::int64_t total_heads, std::int64_t i,
                      std::int64_t j, DType dtype, void* out) {
   check_slopes_and_total("alibi_bias_into", slopes, total_heads);
-  check_output_dtype(dtype, "alibi_bias_into");
+  check_float_dtype(dtype, "alibi_bias_into");
   check_lengths("alibi_bias_into", i, j);
   const std::int64_t n = detail::checked_numel({total_heads, i, j}, dtype);
   if (out == nullptr && n > 0) {
@@ -107,7 +131,7 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes, std::int64_t tota
                              const std::vector<std::int64_t>& q_pos,
                              const std::vector<std::int64_t>& k_pos, DType dtype) {
   check_slopes_and_total("alibi_bias_custom_pos", slopes, total_heads);
-  check_output_dtype(dtype, "alibi_bias_custom_pos");
+  check_float_dtype(dtype, "alibi_bias_custom_pos");
   const auto i = static_cast<std::int64_t>(q_pos.size());
   const auto j = static_cast<std::int64_t>(k_pos.size());
   if (i > 0 && j > 0) {
@@ -131,6 +155,7 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes, std::int64_t tota
   const std::int64_t rows = total_heads * i;
   auto* base = static_cast<unsigned char*>(out.raw_mutable_data());
   const std::size_t row_bytes = static_cast<std::size_t>(j) * dtype_size(dtype);
+  const bool f64 = dtype == DType::kFloat64;  // the reference path: in double
 #pragma omp parallel if (rows * j >= (1 << 16))
   {
     std::vector<float> values(static_cast<std::size_t>(j));  // one row, float32
@@ -139,13 +164,18 @@ Tensor alibi_bias_custom_pos(const std::vector<float>& slopes, std::int64_t tota
       const std::int64_t h = flat / i;
       const std::int64_t q = q_pos[static_cast<std::size_t>(flat - h * i)];
       const float s = scale[static_cast<std::size_t>(h)];
+      auto* row = base + static_cast<std::size_t>(flat) * row_bytes;
       for (std::int64_t c = 0; c < j; ++c) {
         const std::int64_t diff = k_pos[static_cast<std::size_t>(c)] - q;
-        values[static_cast<std::size_t>(c)] =
-            s * static_cast<float>(diff < 0 ? -diff : diff) + 0.0f;
+        const std::int64_t dist = diff < 0 ? -diff : diff;
+        if (f64) {
+          reinterpret_cast<double*>(row)[c] =
+              static_cast<double>(s) * static_cast<double>(dist) + 0.0;
+        } else {
+          values[static_cast<std::size_t>(c)] = s * static_cast<float>(dist) + 0.0f;
+        }
       }
-      detail::convert_floats(values.data(), values.size(), dtype,
-                             base + static_cast<std::size_t>(flat) * row_bytes);
+      if (!f64) detail::convert_floats(values.data(), values.size(), dtype, row);
     }
   }
   return out;
@@ -198,7 +228,7 @@ AlibiPositionalBias::AlibiPositionalBias(std::int64_t heads,
       total_heads_(total_heads.value_or(heads)),
       slopes_(std::move(slopes)),
       dtype_(dtype) {
-  check_output_dtype(dtype_, "AlibiPositionalBias");
+  check_float_dtype(dtype_, "AlibiPositionalBias");
   detail::check_at_least("AlibiPositionalBias: heads", heads_, 1);
   if (static_cast<std::int64_t>(slopes_.size()) != heads_) {
     throw std::invalid_argument("AlibiPositionalBias: expected " + std::to_string(heads_) +
@@ -259,7 +289,7 @@ DType AlibiPositionalBias::dtype() const {
 }
 
 void AlibiPositionalBias::set_dtype(DType dtype) {
-  check_output_dtype(dtype, "AlibiPositionalBias::set_dtype");
+  check_float_dtype(dtype, "AlibiPositionalBias::set_dtype");
   std::lock_guard<std::mutex> lock(mutex_);
   if (dtype != dtype_) {
     dtype_ = dtype;
@@ -335,7 +365,7 @@ AlibiBias::AlibiBias(std::int64_t n_heads, bool causal, std::vector<float> slope
 
 Tensor AlibiBias::build(std::int64_t q_len, std::int64_t k_len, DType dtype) const {
   check_lengths("AlibiBias::build", q_len, k_len);
-  check_output_dtype(dtype, "AlibiBias::build");
+  check_float_dtype(dtype, "AlibiBias::build");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (has_cache_ && cached_q_ == q_len && cached_k_ == k_len && cached_dtype_ == dtype) {

@@ -76,10 +76,10 @@ struct ExpandShape {
 };
 
 ExpandShape check_expand(const Tensor& table, std::int64_t i, std::int64_t j, DType dtype) {
-  check_output_dtype(dtype, kExpand);
-  if (!is_output_dtype(table.dtype())) {
+  check_float_dtype(dtype, kExpand);
+  if (!is_output_dtype(table.dtype()) && table.dtype() != DType::kFloat64) {
     throw std::invalid_argument(std::string(kExpand) +
-                                ": the table must be float32, bfloat16 or float16, got " +
+                                ": the table must be float32, bfloat16, float16 or float64, got " +
                                 dtype_name(table.dtype()));
   }
   if (table.dim() != 2) {
@@ -167,6 +167,62 @@ Tensor contiguous_float32(const Tensor& g) {
   return out;
 }
 
+// An element of a float tensor (float64 included), widened to double.
+double element(const Tensor& t, std::int64_t offset) {
+  switch (t.dtype()) {
+    case DType::kFloat64:
+      return t.data<double>()[offset];
+    case DType::kBFloat16:
+      return to_float(t.data<bfloat16>()[offset]);
+    case DType::kFloat16:
+      return to_float(t.data<float16>()[offset]);
+    default:
+      return t.data<float>()[offset];
+  }
+}
+
+// The float64 reference path of the expansion (a float64 table or output):
+// out[h][r][c] = table[h][centre + (j - i + r) - c], read in double and
+// stored in dtype (the double itself, or rounded once through float32).
+void expand_f64(const Tensor& table, std::int64_t i, std::int64_t j, std::int64_t centre,
+                DType dtype, void* out) {
+  const std::int64_t heads = table.size(0), rows = heads * i;
+  const std::int64_t s0 = table.strides()[0], s1 = table.strides()[1];
+#pragma omp parallel for schedule(static) if (rows * j >= (1 << 16))
+  for (std::int64_t flat = 0; flat < rows; ++flat) {
+    const std::int64_t h = flat / i, q = j - i + flat % i;
+    for (std::int64_t c = 0; c < j; ++c) {
+      const double v = element(table, h * s0 + (centre + q - c) * s1);
+      const std::int64_t at = flat * j + c;
+      if (dtype == DType::kFloat64) {
+        static_cast<double*>(out)[at] = v;
+      } else {
+        const float f = static_cast<float>(v);
+        detail::convert_floats(&f, 1, dtype, static_cast<char*>(out) + at * dtype_size(dtype));
+      }
+    }
+  }
+}
+
+// The float64 reference path of the reduction (a float64 gradient): the
+// double sums, each diagonal in row order, into a float64 [heads, n].
+Tensor reduce_f64(const Tensor& grad, std::int64_t n, std::int64_t centre) {
+  const std::int64_t heads = grad.size(0), i = grad.size(1), j = grad.size(2);
+  Tensor out = Tensor::full({heads, n}, 0.0f, DType::kFloat64);
+  double* o = out.mutable_data<double>();
+  const double* g = grad.data<double>();
+  const auto& st = grad.strides();
+#pragma omp parallel for schedule(static) if (heads * i * j >= (1 << 16))
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t r = 0; r < i; ++r) {
+      for (std::int64_t c = 0; c < j; ++c) {
+        o[h * n + centre + (j - i + r) - c] += g[h * st[0] + r * st[1] + c * st[2]];
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_t j, DType dtype,
@@ -176,6 +232,10 @@ void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_
   if (out == nullptr) {
     throw std::invalid_argument(std::string(kExpand) + ": out is null for " +
                                 std::to_string(shape.count) + " elements");
+  }
+  if (table.dtype() == DType::kFloat64 || dtype == DType::kFloat64) {
+    expand_f64(table, i, j, shape.centre, dtype, out);
+    return;
   }
   const std::int64_t heads = table.size(0);
   const std::int64_t head_stride = table.strides()[0];
@@ -229,6 +289,7 @@ Tensor reduce_distance_table(const Tensor& grad, std::int64_t n) {
     throw std::length_error(std::string(who) + ": the table [heads, n] = " +
                             detail::shape_string({heads, n}) + ": " + e.what());
   }
+  if (grad.dtype() == DType::kFloat64) return reduce_f64(grad, n, centre);
   Tensor out = Tensor::full({heads, n}, 0.0f);
   if (heads == 0 || i == 0 || j == 0) return out;
   const Tensor g = contiguous_float32(grad);

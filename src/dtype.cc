@@ -38,4 +38,11 @@ void check_output_dtype(DType dtype, const std::string& what) {
                               " is not an output dtype (expected float32, bfloat16 or float16)");
 }
 
+void check_float_dtype(DType dtype, const std::string& what) {
+  if (is_output_dtype(dtype) || dtype == DType::kFloat64) return;
+  throw std::invalid_argument(
+      what + ": dtype " + dtype_name(dtype) +
+      " is not a float dtype (expected float32, bfloat16, float16 or float64)");
+}
+
 }  // namespace posbias

@@ -24,6 +24,11 @@
 // would; keep the bias float32 (or bfloat16) if a row can have no key within
 // 65504 / slope of its query (docs/hardening.md).
 //
+// float64 output (every call that takes a dtype, the modules included): the
+// reference path, slope * distance in double, exact (a float32 slope times
+// an integer distance below 2^29), one plain threaded pass, not fast; the
+// slopes stay float32.
+//
 // Errors: std::invalid_argument (bad heads, lengths, slopes, positions) and
 // std::length_error (an element count that overflows or needs more memory
 // than the machine has), always with the values in the message and before

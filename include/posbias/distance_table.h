@@ -50,6 +50,10 @@ namespace posbias {
 /// for a 16-bit dtype, 16-bit) copy of the i + j - 1 entries each head reads;
 /// that scratch is at most 1/8 of the output, else (few rows or columns: decode
 /// steps) written in tiles of at most 2^18 entries per head and thread.
+///
+/// float64 (a float64 table or dtype kFloat64): the reference path, exact in
+/// double (the table read in double, a float64 output is the entry itself, a
+/// narrower one its rounding); one plain pass, not fast.
 Tensor expand_distance_table(const Tensor& table, std::int64_t i, std::int64_t j,
                              DType dtype = DType::kFloat32);
 
@@ -68,6 +72,8 @@ void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_
 /// tensor, accumulated in float32 in an order fixed by the shape (the same
 /// result for every thread count). grad: any of the three dtypes and any
 /// strides (a copy to contiguous float32 is made when it is not already so).
+/// A float64 grad takes the reference path: a float64 [heads, n] of double
+/// sums (each diagonal in row order), exact in double, not fast.
 ///
 /// Throws std::invalid_argument, with the values, when grad is not 3-d, n is
 /// even or negative, or n is too short for (i, j) as above; std::length_error

@@ -72,6 +72,12 @@ DType parse_dtype(const std::string& name);
 /// (expected float32, bfloat16 or float16)" unless is_output_dtype(dtype).
 void check_output_dtype(DType dtype, const std::string& what);
 
+/// As check_output_dtype(), also accepting kFloat64 (the calls whose float64
+/// output is computed on the reference path, in double): "<what>: dtype
+/// <name> is not a float dtype (expected float32, bfloat16, float16 or
+/// float64)".
+void check_float_dtype(DType dtype, const std::string& what);
+
 /// A bfloat16 value stored as its 16 bits (the top half of a float32).
 struct bfloat16 {
   std::uint16_t bits;

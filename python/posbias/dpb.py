@@ -20,7 +20,8 @@ def expand_distance_table(table: torch.Tensor, i: int, j: int,
     (the backward is the core's reduction, the op reduce_distance_table).
     table: float32, bfloat16 or float16 on the CPU, any strides; dtype: the
     output dtype (default the table's). A float64 table or dtype takes the
-    reference path (the same gather in float64, ATen's autograd). The core validates the arguments:
+    core's reference path (exact in double; the backward too, so gradcheck and
+    gradgradcheck run in float64). The core validates the arguments:
     ValueError / TypeError with its message."""
     _checks.check_tensor("expand_distance_table: table", table, cpu=False)
     i = _checks.check_int("expand_distance_table: i", i)

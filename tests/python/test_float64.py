@@ -1,8 +1,10 @@
-"""float64 (issue 18, item 8): every op but attention accepts float64 and
-computes in float64 on the reference path, so torch.autograd.gradcheck (and
+"""float64 (issue 18, item 8): every op accepts float64 and computes in
+float64 on the reference path, so torch.autograd.gradcheck (and
 gradgradcheck) runs in float64; values equal the float64 references of
 reference.py to float64 rounding and the float32 ops to float32 rounding.
-Attention has no float64 path in the core yet: refused with TypeError."""
+Attention (dense with its options, varlen, KV cache) takes the core's double
+reference path: its gradcheck covers q, k, v, slopes per head and per
+sequence, a table and a dense bias."""
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
@@ -41,7 +43,7 @@ def test_expand_to_float64_from_float32_table():
 def test_float64_bad_lengths_are_value_errors():
     with pytest.raises(ValueError, match=r"n = 8 .* must be odd"):
         posbias.expand_distance_table(torch.zeros(2, 8, dtype=F64), 2, 3)
-    with pytest.raises(ValueError, match=r"too short for i = 2, j = 5: it must be >= 2 max\(i, j\) - 1 = 9"):
+    with pytest.raises(ValueError, match=r"too short for i = 2, j = 5: .*n >= 2 max\(i, j\) - 1 = 9"):
         posbias.expand_distance_table(torch.zeros(2, 7, dtype=F64), 2, 5)
     with pytest.raises(ValueError, match="j must be >= 1"):
         posbias.DynamicPositionBias(4, 2).double().distance_table(0)
@@ -121,7 +123,111 @@ def test_learnable_alibi_float64_module():
     assert m.slopes.grad is not None
 
 
-def test_attention_float64_refused():
+def _qkv(b, h, hk, i, j, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, i, d, dtype=F64, generator=g, requires_grad=True)
+    k = torch.randn(b, hk, j, d, dtype=F64, generator=g, requires_grad=True)
+    v = torch.randn(b, hk, j, d, dtype=F64, generator=g, requires_grad=True)
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["none", "alibi", "alibi_seq", "table", "dense"])
+def test_attention_float64_values_and_gradcheck(kind, causal):
+    """Every bias kind in float64 equals reference.py's float64 attention to
+    float64 rounding, and gradcheck runs on q, k, v and the bias tensor."""
+    b, h, hk, i, j, d = 2, 4, 2, 3, 5, 4
+    q, k, v = _qkv(b, h, hk, i, j, d, 3)
+    g = torch.Generator().manual_seed(4)
+    bias_args, ref_bias = {}, None
+    pos = R.signed_distance(i, j).abs().to(F64)  # |q_r - c|
+    if kind in ("alibi", "alibi_seq"):
+        shape = (h,) if kind == "alibi" else (b, h)
+        slopes = (torch.rand(*shape, dtype=F64, generator=g) * 0.5 + 0.1).requires_grad_()
+        bias_args["slopes"] = slopes
+        ref_bias = -(slopes.view(-1 if kind == "alibi" else b, h, 1, 1) * pos)
+    elif kind == "table":
+        table = torch.randn(h, 2 * j + 1, dtype=F64, generator=g, requires_grad=True)
+        bias_args["table"] = table
+        ref_bias = R.centred_table_to_bias(table, i, j).unsqueeze(0)
+    elif kind == "dense":
+        dense = torch.randn(1, h, i, j, dtype=F64, generator=g, requires_grad=True)
+        bias_args["dense"] = dense
+        ref_bias = dense
+    out, lse = posbias.attention_lse(q, k, v, **bias_args, causal=causal)
+    assert out.dtype == F64 and lse.dtype == F64
+    want, want_lse = R.attention(q, k, v, ref_bias, causal=causal, return_lse=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+    (gq, gk, gv), (wq, wk, wv) = [torch.autograd.grad(o.sum(), (q, k, v)) for o in (out, want)]
+    for got, exp in ((gq, wq), (gk, wk), (gv, wv)):
+        torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-12)
+    names = list(bias_args)
+    fn = lambda q_, k_, v_, *bias: posbias.attention(q_, k_, v_, causal=causal,
+                                                     **dict(zip(names, bias)))
+    assert gradcheck(fn, (q, k, v, *bias_args.values()))
+    # float64 agrees with the float32 path of the same inputs to float32 rounding.
+    out32 = posbias.attention(q.detach().float(), k.detach().float(), v.detach().float(),
+                              **{n: t.detach().float() for n, t in bias_args.items()},
+                              causal=causal)
+    torch.testing.assert_close(out.detach().float(), out32, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_float64_options_gradcheck():
+    """q_offset, window, softcap and key_mask in float64 (the option op's path)."""
+    q, k, v = _qkv(2, 2, 1, 3, 6, 4, 5)
+    slopes = torch.tensor([0.3, 0.7], dtype=F64, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0, 1, 1, 1], [0, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    fn = lambda q_, k_, v_, s_: posbias.attention(q_, k_, v_, slopes=s_, causal=True, q_offset=4,
+                                                  window=(3, 0), softcap=2.0, key_mask=mask)
+    assert fn(q, k, v, slopes).dtype == F64
+    assert gradcheck(fn, (q, k, v, slopes))
+
+
+@pytest.mark.parametrize("bias", ["none", "alibi", "alibi_seq", "table"])
+def test_attention_varlen_float64_gradcheck(bias):
+    lens_q, lens_k, h, hk, d = [2, 0, 3], [3, 2, 4], 2, 1, 3
+    cu_q = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(5, h, d, dtype=F64, generator=g, requires_grad=True)
+    k = torch.randn(9, hk, d, dtype=F64, generator=g, requires_grad=True)
+    v = torch.randn(9, hk, d, dtype=F64, generator=g, requires_grad=True)
+    extra = {}
+    if bias == "alibi":
+        extra["alibi_slopes"] = torch.tensor([0.25, 0.5], dtype=F64, requires_grad=True)
+    elif bias == "alibi_seq":
+        extra["alibi_slopes"] = (torch.rand(3, h, dtype=F64, generator=g) + 0.1).requires_grad_()
+    elif bias == "table":
+        extra["distance_table"] = torch.randn(h, 9, dtype=F64, generator=g, requires_grad=True)
+    names = list(extra)
+    fn = lambda q_, k_, v_, *b_: posbias.attention_varlen(
+        q_, k_, v_, cu_q, cu_k, 3, 4, causal=True, softcap=1.5, **dict(zip(names, b_)))
+    out, lse = posbias.attention_varlen(q, k, v, cu_q, cu_k, 3, 4, causal=True,
+                                        return_softmax_lse=True, **extra)
+    assert out.dtype == F64 and lse.dtype == F64
+    assert gradcheck(fn, (q, k, v, *extra.values()))
+
+
+def test_attention_kvcache_float64_matches_dense():
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 2, 2, 3, dtype=F64, generator=g)  # [b, i, h, d]
+    kc = torch.randn(1, 6, 1, 3, dtype=F64, generator=g)
+    vc = torch.randn(1, 6, 1, 3, dtype=F64, generator=g)
+    seqlens = torch.tensor([5], dtype=torch.int32)
+    slopes = torch.tensor([0.3, 0.6], dtype=F64)
+    out = posbias.attention_with_kvcache(q, kc, vc, seqlens, causal=True, alibi_slopes=slopes)
+    assert out.dtype == F64
+    dense = posbias.attention(q.transpose(1, 2), kc[:, :5].transpose(1, 2),
+                              vc[:, :5].transpose(1, 2), slopes=slopes, causal=True)
+    torch.testing.assert_close(out, dense.transpose(1, 2), rtol=1e-12, atol=1e-12)
+
+
+def test_attention_float64_mixed_dtypes_are_type_errors():
     q = torch.zeros(1, 2, 3, 4, dtype=F64)
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Double"):
-        posbias.attention(q, q, q)
+    with pytest.raises(TypeError, match="one dtype, got Double, Float, Float"):
+        posbias.attention(q, q.float(), q.float())
+    with pytest.raises(TypeError, match="one dtype, got Float, Double, Double"):
+        posbias.attention(q.float(), q, q)
+    with pytest.raises(ValueError, match="float64, float32, float32"):
+        posbias.attention(q, q.float(), q.float(), window=(1, 1))

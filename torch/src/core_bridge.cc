@@ -115,4 +115,55 @@ at::Tensor vector_tensor(const std::vector<float>& v) {
   return torch::tensor(at::ArrayRef<float>(v), at::TensorOptions().dtype(at::kFloat));
 }
 
+DType float_dtype_of(const at::Tensor& t, const char* who, const char* name) {
+  if (t.scalar_type() == at::kDouble) return DType::kFloat64;
+  const c10::optional<DType> dt = core_dtype(t.scalar_type());
+  TORCH_CHECK_TYPE(dt.has_value(), "posbias.", who, ": ", name,
+                   " must be float32, bfloat16, float16 or float64, got ", t.scalar_type());
+  return *dt;
+}
+
+Tensor attention_bias_tensor(const at::Tensor& t, bool f64, const char* who, const char* name,
+                             at::Tensor* keep) {
+  if (!f64) {
+    *keep = as_float32(t, who, name);
+    return view_of(*keep, DType::kFloat32);
+  }
+  check_cpu(t, who, name);
+  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "posbias.", who, ": ", name,
+                   " must be a floating tensor, got ", t.scalar_type());
+  *keep = t.scalar_type() == at::kDouble ? t : t.to(at::kDouble);
+  return view_of(*keep, DType::kFloat64);
+}
+
+AttentionBias attention_slopes_bias(const at::Tensor& slopes, bool f64, const char* who) {
+  check_cpu(slopes, who, "slopes");
+  TORCH_CHECK_TYPE(at::isFloatingType(slopes.scalar_type()), "posbias.", who,
+                   ": slopes must be a floating tensor, got ", slopes.scalar_type());
+  TORCH_CHECK_VALUE(slopes.dim() == 1 || slopes.dim() == 2, "posbias.", who,
+                    ": slopes must be [h] or [b, h], got shape ", slopes.sizes());
+  if (!f64) return AttentionBias::alibi(slope_vector(slopes.reshape({-1}), who));
+  const at::Tensor s = slopes.to(at::kDouble).contiguous();
+  return AttentionBias::alibi_f64(
+      std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel()));
+}
+
+Tensor attention_lse_view(const at::Tensor& lse, bool f64, const char* who, at::Tensor* keep) {
+  if (!f64) {
+    *keep = as_float32(lse, who, "lse");
+    return view_of(*keep, DType::kFloat32);
+  }
+  check_cpu(lse, who, "lse");
+  TORCH_CHECK_TYPE(lse.scalar_type() == at::kDouble, "posbias.", who,
+                   ": lse must be float64 in a float64 call, got ", lse.scalar_type());
+  *keep = lse;
+  return view_of(lse, DType::kFloat64);
+}
+
+at::Tensor attention_slope_grad(const AttentionGradients& g, bool f64) {
+  if (!f64) return vector_tensor(g.grad_slopes);
+  return torch::tensor(at::ArrayRef<double>(g.grad_slopes_f64),
+                       at::TensorOptions().dtype(at::kDouble));
+}
+
 }  // namespace posbias::torch_bridge

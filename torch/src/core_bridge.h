@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "posbias/attention.h"
 #include "posbias/dtype.h"
 #include "posbias/tensor.h"
 
@@ -61,6 +62,10 @@ DType dtype_of(const at::Tensor& t, const char* who, const char* name);
 // The same for a requested output dtype.
 DType dtype_from_scalar(at::ScalarType s, const char* who);
 
+// As dtype_of(), also accepting float64 (kFloat64: the core's reference
+// path, in double): for attention's inputs and the distance-table ops.
+DType float_dtype_of(const at::Tensor& t, const char* who, const char* name);
+
 at::ScalarType scalar_of(DType dt);
 
 // c10::ValueError unless t is a defined CPU tensor.
@@ -80,6 +85,27 @@ std::vector<float> slope_vector(const at::Tensor& slopes, const char* who);
 
 // A float32 1-d tensor holding v.
 at::Tensor vector_tensor(const std::vector<float>& v);
+
+// ---------------------------------------------------------------------------
+// Attention's float64 path (the core's double reference): what crosses when q
+// is float64. Every other call keeps the float32 forms above.
+
+// A table or dense bias for the core: float64 in a float64 call (f64), float32
+// otherwise; a converted copy is kept in *keep (the view points into it).
+Tensor attention_bias_tensor(const at::Tensor& t, bool f64, const char* who, const char* name,
+                             at::Tensor* keep);
+
+// AttentionBias::alibi of [h] or [b, h] slopes (b * h values row-major), or
+// alibi_f64 with the slopes in double in a float64 call.
+AttentionBias attention_slopes_bias(const at::Tensor& slopes, bool f64, const char* who);
+
+// The forward's lse for a backward: float64 in a float64 call, float32
+// otherwise (a converted copy kept in *keep).
+Tensor attention_lse_view(const at::Tensor& lse, bool f64, const char* who, at::Tensor* keep);
+
+// The core's slope gradient: float64 (grad_slopes_f64) in a float64 call,
+// float32 otherwise; 1-d, one per slope.
+at::Tensor attention_slope_grad(const AttentionGradients& g, bool f64);
 
 }  // namespace posbias::torch_bridge
 

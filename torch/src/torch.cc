@@ -55,7 +55,9 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "posbias.attention: q must be ",
                     "[b, h, i, d] and k, v [b, hk, j, d] (4-d), got q ", q.sizes(), ", k ",
                     k.sizes(), ", v ", v.sizes());
-  const DType dt = dtype_of(q, who, "q");
+  // float64 q, k, v take the core's double reference path (bias in double).
+  const DType dt = torch_bridge::float_dtype_of(q, who, "q");
+  const bool f64 = dt == DType::kFloat64;
   TORCH_CHECK_TYPE(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
                    "posbias.attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
                    k.scalar_type(), ", ", v.scalar_type());
@@ -81,18 +83,17 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
     TORCH_CHECK_VALUE(!has_t && !has_d, "posbias.attention: bias=\"alibi\" takes only slopes");
     // [h], or [b, h] per sequence (FlashAttention-2's alibi_slopes): b * h
     // values row-major; the core checks the count.
-    a.bias = AttentionBias::alibi(
-        slope_vector(slopes->dim() == 2 ? slopes->reshape({-1}) : *slopes, who));
+    a.bias = torch_bridge::attention_slopes_bias(*slopes, f64, who);
   } else if (kind == "table") {
     TORCH_CHECK_VALUE(has_t, "posbias.attention: bias=\"table\" needs table [h, 2j - 1]");
     TORCH_CHECK_VALUE(!has_s && !has_d, "posbias.attention: bias=\"table\" takes only table");
-    *table32 = as_float32(*table, who, "table");
-    a.bias = AttentionBias::distance_table(view_of(*table32, DType::kFloat32));
+    a.bias = AttentionBias::distance_table(
+        torch_bridge::attention_bias_tensor(*table, f64, who, "table", table32));
   } else if (kind == "dense") {
     TORCH_CHECK_VALUE(has_d, "posbias.attention: bias=\"dense\" needs dense [.., i, j]");
     TORCH_CHECK_VALUE(!has_s && !has_t, "posbias.attention: bias=\"dense\" takes only dense");
-    *dense32 = as_float32(*dense, who, "dense");
-    a.bias = AttentionBias::dense_bias(view_of(*dense32, DType::kFloat32));
+    a.bias = AttentionBias::dense_bias(
+        torch_bridge::attention_bias_tensor(*dense, f64, who, "dense", dense32));
   } else {
     TORCH_CHECK_VALUE(false, "posbias.attention: bias must be \"none\", \"alibi\", \"table\" or ",
                       "\"dense\", got \"", kind, "\"");
@@ -119,21 +120,24 @@ std::array<at::Tensor, 6> attention_grads(const at::Tensor& q, const at::Tensor&
   const AttentionArgs a =
       attention_args(q, k, v, bias, slopes, table, dense, scale, causal, &table32, &dense32);
   const DType dt = a.q.dtype();
-  TORCH_CHECK_TYPE(out.scalar_type() == q.scalar_type() && lse.scalar_type() == at::kFloat,
-                   "posbias.attention_backward: out must have q's dtype and lse be float32, got ",
-                   out.scalar_type(), " and ", lse.scalar_type());
+  const bool f64 = dt == DType::kFloat64;
+  const at::ScalarType lse_type = f64 ? at::kDouble : at::kFloat;
+  TORCH_CHECK_TYPE(out.scalar_type() == q.scalar_type() && lse.scalar_type() == lse_type,
+                   "posbias.attention_backward: out must have q's dtype and lse be ",
+                   f64 ? "float64 (a float64 call)" : "float32", ", got ", out.scalar_type(),
+                   " and ", lse.scalar_type());
   check_cpu(out, "attention_backward", "out");
   check_cpu(lse, "attention_backward", "lse");
   const Tensor go_view = view_of(go, dt);
   const Tensor out_view = view_of(out, dt);
-  const Tensor lse_view = view_of(lse, DType::kFloat32);
+  const Tensor lse_view = view_of(lse, f64 ? DType::kFloat64 : DType::kFloat32);
   const AttentionGradients g = core_call([&] {
     return attention_backward(a.q, a.k, a.v, a.bias, a.options, out_view, lse_view, go_view);
   });
   std::array<at::Tensor, 6> r = {to_torch(g.grad_q), to_torch(g.grad_k), to_torch(g.grad_v),
                                  at::Tensor(),       at::Tensor(),       at::Tensor()};
   if (slopes.defined() && !g.grad_slopes.empty()) {
-    r[3] = vector_tensor(g.grad_slopes).to(slopes.scalar_type()).view(slopes.sizes());
+    r[3] = torch_bridge::attention_slope_grad(g, f64).to(slopes.scalar_type()).view(slopes.sizes());
   }
   if (table.defined()) r[4] = to_torch(g.grad_table).to(table.scalar_type());
   if (dense.defined()) r[5] = to_torch(g.grad_dense).to(dense.scalar_type());
@@ -187,25 +191,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
-// float64 ALiBi (the reference path): scale[h] * dist[r][c] in double for the
-// slopes' heads (their float32 values widened), zeros for the appended heads.
-// dist is a double [i, j]; the arguments were checked by a core call.
-at::Tensor alibi_f64(const std::vector<float>& slopes, int64_t total, const at::Tensor& dist,
-                     double sign) {
-  const int64_t h = static_cast<int64_t>(slopes.size());
-  at::Tensor out = at::zeros({total, dist.size(0), dist.size(1)}, at::kDouble);
-  const at::Tensor s = vector_tensor(slopes).to(at::kDouble) * sign;
-  out.narrow(0, 0, h).copy_(s.view({h, 1, 1}) * dist.unsqueeze(0));
-  return out;
-}
-
-bool wants_f64(const c10::optional<at::ScalarType>& dtype) {
-  return dtype.has_value() && *dtype == at::kDouble;
-}
-
-void check_lengths(const char* who, int64_t i, int64_t j) {
-  TORCH_CHECK_VALUE(i >= 0 && j >= 0, "posbias.", who, ": lengths must be >= 0, got i = ", i,
-                    ", j = ", j);
+// The core dtype of an ALiBi op's requested output: float32 by default,
+// float64 too (the core's reference path, in double).
+DType alibi_dtype(const c10::optional<at::ScalarType>& dtype, const char* who) {
+  if (!dtype) return DType::kFloat32;
+  return *dtype == at::kDouble ? DType::kFloat64 : dtype_from_scalar(*dtype, who);
 }
 
 }  // namespace
@@ -233,13 +223,7 @@ at::Tensor alibi_bias(const at::Tensor& slopes, int64_t i, int64_t j, int64_t to
   const std::vector<float> s = slope_vector(slopes, "alibi_bias");
   const int64_t h = static_cast<int64_t>(s.size());
   const int64_t total = total_heads == -1 ? h : total_heads;
-  if (wants_f64(dtype)) {  // -m_h |c - q_r| in double, q_r = j - i + r
-    core_call([&] { return posbias::alibi_bias(s, total, 0, 0); });  // the core's checks
-    check_lengths("alibi_bias", i, j);
-    const at::Tensor q = at::arange(j - i, j, at::kDouble).unsqueeze(1);
-    return alibi_f64(s, total, (at::arange(j, at::kDouble).unsqueeze(0) - q).abs(), -1.0);
-  }
-  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias") : DType::kFloat32;
+  const DType dt = alibi_dtype(dtype, "alibi_bias");
   return core_call([&] { return to_torch(posbias::alibi_bias(s, total, i, j, dt)); });
 }
 
@@ -251,14 +235,7 @@ at::Tensor alibi_distance_table(const at::Tensor& slopes, int64_t j, bool signed
 at::Tensor alibi_bias_build(const at::Tensor& slopes, int64_t n_heads, bool causal, int64_t q_len,
                             int64_t k_len, c10::optional<at::ScalarType> dtype) {
   const std::vector<float> s = slope_vector(slopes, "alibi_bias_build");
-  if (wants_f64(dtype)) {  // slope_h * dist in double, top-left positions
-    core_call([&] { return posbias::AlibiBias(n_heads, causal, s).build(0, 0); });  // checks
-    check_lengths("alibi_bias_build", q_len, k_len);
-    const at::Tensor d = at::arange(q_len, at::kDouble).unsqueeze(1) -
-                         at::arange(k_len, at::kDouble).unsqueeze(0);  // r - c
-    return alibi_f64(s, n_heads, causal ? d.clamp_min(0) : d.abs(), 1.0).unsqueeze(0);
-  }
-  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_build") : DType::kFloat32;
+  const DType dt = alibi_dtype(dtype, "alibi_bias_build");
   return core_call(
       [&] { return to_torch(posbias::AlibiBias(n_heads, causal, s).build(q_len, k_len, dt)); });
 }
@@ -287,13 +264,7 @@ at::Tensor alibi_bias_custom_pos(const at::Tensor& slopes, int64_t total_heads,
   const std::vector<std::int64_t> qp = position_vector(q_pos, "q_pos");
   const std::vector<std::int64_t> kp = position_vector(k_pos, "k_pos");
   const int64_t th = total_heads < 0 ? static_cast<int64_t>(s.size()) : total_heads;
-  if (wants_f64(dtype)) {  // -m_h |k_pos[c] - q_pos[r]| in double
-    core_call([&] { return posbias::alibi_bias_custom_pos(s, th, qp, kp); });  // checks
-    const at::Tensor q = at::tensor(qp, at::kLong).to(at::kDouble).unsqueeze(1);
-    const at::Tensor k = at::tensor(kp, at::kLong).to(at::kDouble).unsqueeze(0);
-    return alibi_f64(s, th, (k - q).abs(), -1.0);
-  }
-  const DType dt = dtype ? dtype_from_scalar(*dtype, "alibi_bias_custom_pos") : DType::kFloat32;
+  const DType dt = alibi_dtype(dtype, "alibi_bias_custom_pos");
   return core_call([&] { return to_torch(posbias::alibi_bias_custom_pos(s, th, qp, kp, dt)); });
 }
 
