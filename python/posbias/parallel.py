@@ -137,49 +137,14 @@ def merge_partials(outs, lses):
     return out.to(outs[0].dtype), lse
 
 
-def _block_bias(i, j, q_start, k_start, total_keys, bias, slopes, table, causal):
-    """How block_attention attends a block of i queries at q_start.. against j
-    keys at k_start..: (kind, slopes, table, dense, local_causal) for the op,
-    or None when every key is masked (or the block is empty). The bias
-    tensors are derived from the global slopes / table with torch ops, so
-    autograd carries a block's bias gradient back to them."""
-    h = None if slopes is None and table is None else (
-        slopes.shape[0] if slopes is not None else table.shape[0])
-    delta = (q_start - k_start) - (j - i)  # global q - k minus the block-local one
-    if j == 0 or i == 0:
-        return None
-    last_q, last_k = q_start + i - 1, k_start + j - 1
-    local_causal = False
-    need_mask = False
-    if causal:
-        if k_start > last_q:
-            return None                       # every key is in every query's future
-        if last_k > q_start:                  # some pair is masked
-            if delta == 0:
-                local_causal = True           # the block's own bottom-right mask is exact
-            else:
-                need_mask = True
-    if bias == "alibi" and delta == 0 and not need_mask:
-        return "alibi", slopes, None, None, local_causal
-    if bias == "none" and not need_mask:
-        return "none", None, None, None, local_causal
-    if not need_mask and i <= j:
-        # A local [h, 2j - 1] table: local entry e is global distance e - (j-1) + delta.
-        dist_g = torch.arange(2 * j - 1, dtype=torch.int64) - (j - 1) + delta
-        return ("table", None, _global_table(bias, slopes, table, total_keys, dist_g), None,
-                local_causal)
-    # General block (a partial causal mask off the block diagonal, or i > j): dense.
-    qpos = torch.arange(q_start, q_start + i, dtype=torch.int64)
-    kpos = torch.arange(k_start, k_start + j, dtype=torch.int64)
-    dist_g = qpos[:, None] - kpos[None, :]                               # [i, j]
-    if bias == "none":
-        dense = torch.zeros(1, 1, i, j, dtype=torch.float32)
-    else:
-        dense = _global_table(bias, slopes, table, total_keys,
-                              dist_g.reshape(-1)).reshape(h, i, j)[None]
-    if causal:
-        dense = dense.masked_fill(dist_g < 0, float("-inf"))
-    return "dense", None, None, dense, False
+def _block_masked(i, j, q_start, k_start, causal):
+    """True when a block of i queries at q_start.. against j keys at k_start..
+    has nothing to attend (empty, or every key in every query's future)."""
+    return i == 0 or j == 0 or (causal and k_start > q_start + i - 1)
+
+
+def _bias_tensors(bias, slopes, table):
+    return (slopes if bias == "alibi" else None), (table if bias == "table" else None)
 
 
 def block_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=None,
@@ -188,29 +153,18 @@ def block_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slope
     of the global positions: the block's queries sit at q_start .. q_start+i-1
     and its keys at k_start .. k_start+j-1 (key coordinates; the full sequence
     has total_keys keys). bias "alibi" uses slopes [h] (-m |q - k|), "table" a
-    global [h, >= 2 total_keys - 1] table read at (q - k) + (total_keys - 1).
-    causal masks keys after the query. Returns (out, lse) for merge_partials."""
+    global [h, >= 2 total_keys - 1] table read at (q - k) from its centre.
+    causal masks keys after the query. One op call with q_offset = q_start -
+    k_start (the global q - k of the block's first pair), so the bias and the
+    causal mask are the global ones with nothing materialised. Returns (out,
+    lse) for merge_partials."""
     b, h, i, d = q.shape
-    plan = _block_bias(i, k.shape[2], q_start, k_start, total_keys, bias, slopes, table, causal)
-    if plan is None:
+    if _block_masked(i, k.shape[2], q_start, k_start, causal):
         return (torch.zeros(b, h, i, d, dtype=q.dtype),
                 torch.full((b, h, i), float("-inf"), dtype=torch.float32))
-    kind, sl, tb, dense, local_causal = plan
-    return attention_lse(q, k, v, kind, slopes=sl, table=tb, dense=dense, scale=scale,
-                         causal=local_causal)
-
-
-def _global_table(bias, slopes, table, total_keys, dist_g):
-    """Bias values [h, len(dist_g)] at the given global distances q - k."""
-    if bias == "alibi":
-        return -slopes.to(torch.float32)[:, None] * dist_g.abs().to(torch.float32)[None]
-    if bias == "table":
-        # Read at the table's centre, as posbias.attention reads it (n odd).
-        centre = (table.shape[1] - 1) // 2
-        idx = (dist_g + centre).clamp(0, table.shape[1] - 1)  # unread when clamped
-        return table.index_select(1, idx)
-    raise ValueError(f"posbias: cp_attention: unsupported bias {bias!r} (use none, alibi or "
-                     f"table)")
+    sl, tb = _bias_tensors(bias, slopes, table)
+    return attention_lse(q, k, v, bias, slopes=sl, table=tb, scale=scale, causal=causal,
+                         q_offset=int(q_start) - int(k_start))
 
 
 def cp_attention(q, k, v, *, q_start, k_start, total_keys, bias="none", slopes=None,
@@ -288,10 +242,10 @@ class _RingAttention(torch.autograd.Function):
     """Forward: each rank attends its queries to the key/value block it holds,
     passes the block to the next rank and receives the previous rank's,
     world_size times, merging the softmax states (log-sum-exp). Backward: the
-    same ring; each held block's share of dq, dk, dv (and of the bias
-    tensors' gradients) is the op attention_backward with the merged out and
-    lse; dk and dv travel with their block and are home after world_size
-    passes."""
+    same ring; each held block's share of dq, dk, dv and of the slopes' or
+    table's gradient is the op attention_options_backward at the block's
+    global offset with the merged out and lse; dk and dv travel with their
+    block and are home after world_size passes."""
 
     @staticmethod
     def forward(ctx, q, k, v, slopes, table, cfg):
@@ -322,47 +276,35 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, slopes, table, out, lse = ctx.saved_tensors
         cfg, blocks = ctx.cfg, ctx.blocks
         rank, world = _rank_world(cfg["group"])
-        # Leaves standing for the bias tensors: autograd takes each block's bias
-        # gradient back through the block's derivation (_block_bias).
-        sl = slopes.detach().requires_grad_() if slopes is not None else None
-        tb = table.detach().requires_grad_() if table is not None else None
-        derived, derived_grads = [], []
+        sl, tb = _bias_tensors(cfg["bias"], slopes, table)
         grad_out = grad_out.contiguous()
         dq = torch.zeros(q.shape, dtype=torch.float32)
+        gsum = [None if t is None else torch.zeros(t.shape, dtype=torch.float32)
+                for t in (sl, tb)]
         held = [k.detach(), v.detach(), torch.zeros(k.shape, dtype=torch.float32),
                 torch.zeros(v.shape, dtype=torch.float32)]
         for step in range(world):
             j, k_start = blocks[(rank - step) % world]
-            with torch.enable_grad():
-                plan = _block_bias(q.shape[2], j, cfg["q_start"], k_start, cfg["total_keys"],
-                                   cfg["bias"], sl, tb, cfg["causal"])
-            if plan is not None:
-                kind, b_sl, b_tb, b_dense, local_causal = plan
-                g = torch.ops.posbias.attention_backward(
-                    q.detach(), held[0], held[1], kind,
-                    None if b_sl is None else b_sl.detach(),
-                    None if b_tb is None else b_tb.detach(),
-                    None if b_dense is None else b_dense.detach(), cfg["scale"], local_causal,
-                    out, lse, grad_out)
+            if not _block_masked(q.shape[2], j, cfg["q_start"], k_start, cfg["causal"]):
+                # The block's share with the merged out and lse (FlashAttention-2's
+                # recomputation), at the block's global offset.
+                g = torch.ops.posbias.attention_options_backward(
+                    q.detach(), held[0], held[1], None if sl is None else sl.detach(),
+                    None if tb is None else tb.detach(), None, cfg["scale"], cfg["causal"],
+                    int(cfg["q_start"]) - int(k_start), -1, -1, 0.0, None, out, lse, grad_out)
                 dq += g[0]
                 held[2] += g[1]
                 held[3] += g[2]
-                for t, gt in ((b_sl, g[3]), (b_tb, g[4]), (b_dense, g[5])):
-                    if t is not None and t.requires_grad and gt.numel():
-                        derived.append(t)
-                        derived_grads.append(gt.to(t.dtype))
+                for acc, gt in zip(gsum, (g[3], g[4])):
+                    if acc is not None:
+                        acc += gt.view(acc.shape)
             jn = blocks[(rank - step - 1) % world][0]
             held = _ring_pass(held, [_block_shape(k, jn), _block_shape(v, jn),
                                      _block_shape(held[2], jn), _block_shape(held[3], jn)],
                               cfg["group"])
         # After world_size passes every block (with its dk, dv) is back home.
-        gslopes = gtable = None
-        if derived:
-            leaves = [t for t in (sl, tb) if t is not None]
-            grads = torch.autograd.grad(derived, leaves, derived_grads, allow_unused=True)
-            named = dict(zip([id(t) for t in leaves], grads))
-            gslopes = named.get(id(sl)) if sl is not None else None
-            gtable = named.get(id(tb)) if tb is not None else None
+        gslopes = None if gsum[0] is None or not slopes.requires_grad else gsum[0].to(slopes.dtype)
+        gtable = None if gsum[1] is None or not table.requires_grad else gsum[1].to(table.dtype)
         return (dq.to(q.dtype), held[2].to(k.dtype), held[3].to(v.dtype), gslopes, gtable, None)
 
 
