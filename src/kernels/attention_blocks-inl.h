@@ -419,16 +419,40 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
                                     float* HWY_RESTRICT s, std::int64_t first,
                                     const float* HWY_RESTRICT keep);
 
+template <bool kCap>
+HWY_INLINE float BiasMaskMaxRow(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                                float* HWY_RESTRICT s);
+
 HWY_INLINE float BiasMaskMax(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
                              float* HWY_RESTRICT s, std::int64_t first = 0,
                              const float* HWY_RESTRICT keep = nullptr) {
-  const std::int64_t n = AttnLanes(df);
   // A row that sees no key of this block reads nothing (with i > j a
   // distance-table window would start outside the table).
   if (lim <= first) return kAttnNegInf;
-  if (first > 0 || keep != nullptr || rb.softcap > 0.0f) {
+  if (first > 0 || keep != nullptr || (rb.softcap > 0.0f && rb.kind == FusedBias::kDense)) {
     return BiasMaskMaxGeneral(df, rb, cols, lim, s, first, keep);
   }
+  if (rb.softcap > 0.0f) return BiasMaskMaxRow<true>(df, rb, cols, lim, s);
+  return BiasMaskMaxRow<false>(df, rb, cols, lim, s);
+}
+
+// BiasMaskMax of a row without a window edge or key mask: a loop per bias
+// kind over the whole vectors it sees (no branch or mask inside), then the
+// one masked tail vector; with kCap each score is soft-capped first (not
+// with kDense).
+template <bool kCap>
+HWY_INLINE float BiasMaskMaxRow(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
+                                float* HWY_RESTRICT s) {
+  const std::int64_t n = AttnLanes(df);
+  [[maybe_unused]] const VF cap = hn::Set(df, rb.softcap);
+  [[maybe_unused]] const VF inv_cap = hn::Set(df, kCap ? 1.0f / rb.softcap : 0.0f);
+  const auto capped = [&](VF v) {
+    if constexpr (kCap) {
+      return hn::Mul(cap, hn::Tanh(df, hn::Mul(v, inv_cap)));
+    } else {
+      return v;
+    }
+  };
   if (rb.kind == FusedBias::kDense) {
     if (rb.dense_step == 1) {
       for (std::int64_t c = 0; c < lim; ++c) s[c] += rb.dense[c];
@@ -446,22 +470,26 @@ HWY_INLINE float BiasMaskMax(DF df, const RowBias& rb, std::int64_t cols, std::i
     VF dist = hn::Add(hn::Set(df, static_cast<float>(rb.alibi_rel0)), hn::Iota(df, 0.0f));
     const VF step = hn::Set(df, static_cast<float>(n));
     for (std::int64_t x = 0; x < full; x += n) {
-      const VF v = hn::MulAdd(neg_slope, hn::Abs(dist), hn::Load(df, s + x));
+      const VF v = hn::MulAdd(neg_slope, hn::Abs(dist), capped(hn::Load(df, s + x)));
       hn::Store(v, df, s + x);
       vmax = hn::Max(vmax, v);
       dist = hn::Add(dist, step);
     }
   } else if (rb.kind == FusedBias::kTable) {
     for (std::int64_t x = 0; x < full; x += n) {
-      const VF v = hn::Add(hn::Load(df, s + x), hn::LoadU(df, rb.window + x));
+      const VF v = hn::Add(capped(hn::Load(df, s + x)), hn::LoadU(df, rb.window + x));
       hn::Store(v, df, s + x);
       vmax = hn::Max(vmax, v);
     }
   } else {
-    for (std::int64_t x = 0; x < full; x += n) vmax = hn::Max(vmax, hn::Load(df, s + x));
+    for (std::int64_t x = 0; x < full; x += n) {
+      const VF v = capped(hn::Load(df, s + x));
+      if constexpr (kCap) hn::Store(v, df, s + x);
+      vmax = hn::Max(vmax, v);
+    }
   }
   for (std::int64_t x = full; x < span; x += n) {
-    VF v = hn::Load(df, s + x);
+    VF v = capped(hn::Load(df, s + x));
     if (rb.kind == FusedBias::kAlibi) {
       v = hn::MulAdd(neg_slope, AlibiDistance(df, rb, x), v);
     } else if (rb.kind == FusedBias::kTable) {
@@ -484,11 +512,16 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
                                     const float* HWY_RESTRICT keep) {
   const std::int64_t n = AttnLanes(df);
   bool capped = rb.softcap > 0.0f;
-  if (rb.kind == FusedBias::kDense) {  // cap, then the bias (here, one element at a time)
-    for (std::int64_t c = first; c < lim; ++c) {
-      const float x = capped ? rb.softcap * std::tanh(s[c] / rb.softcap) : s[c];
-      s[c] = x + rb.dense[c * rb.dense_step];
+  if (rb.kind == FusedBias::kDense) {  // cap (whole vectors), then the bias one element at a time
+    if (capped) {
+      const VF cap = hn::Set(df, rb.softcap);
+      const VF inv_cap = hn::Set(df, 1.0f / rb.softcap);
+      const std::int64_t end = std::min(cols, AttnRoundUp(df, lim));
+      for (std::int64_t x = first - first % n; x < end; x += n) {
+        hn::Store(hn::Mul(cap, hn::Tanh(df, hn::Mul(hn::Load(df, s + x), inv_cap))), df, s + x);
+      }
     }
+    for (std::int64_t c = first; c < lim; ++c) s[c] += rb.dense[c * rb.dense_step];
     capped = false;
   }
   const VF ninf = hn::Set(df, kAttnNegInf);

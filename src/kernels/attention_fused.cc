@@ -269,7 +269,10 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   }
   bl.splits =
       std::min<std::int64_t>(std::max<std::int64_t>(splits, 1), std::max<std::int64_t>(bl.nkb, 1));
-  bl.pack_heads = bl.nqb * bl.splits > 1 && 4.0 * static_cast<double>(bl.nkb) *
+  // Shared when a thread may run more than one task of a kv head: several
+  // query blocks or key splits, or several query heads on one kv head
+  // (grouped-query prefill: consecutive tasks are the group's heads).
+  bl.pack_heads = bl.nqb * bl.splits * (group / bl.hg) > 1 && 4.0 * static_cast<double>(bl.nkb) *
                                                     static_cast<double>(bl.bkp) *
                                                     static_cast<double>(p.d + bl.dp) <=
                                                 kMaxPackBytes;
@@ -296,13 +299,16 @@ BlockRange TaskKeyBlocks(const AttentionParams& p, const Sequence& sq, std::int6
   return {first.begin / bk, (last.end + bk - 1) / bk};
 }
 
-// Every task of the call. Dense calls: head-major, the largest (last)
-// query blocks of a head first, so a thread's consecutive tasks share the
-// head's packed keys. Ragged calls (varlen, KV cache): longest first, so
-// the long sequences start at once and the short ones fill in (no barrier
-// per sequence); a sequence without rows has no task.
+// Every task of the call. Within a sequence: head-major, the largest
+// (last) query blocks of a head first, so a thread's consecutive tasks share
+// the head's packed keys. Ragged calls (varlen, KV cache): sequences by
+// their work, most first, so the long ones start at once and the short ones
+// fill in (no barrier per sequence); a sequence without rows has no task.
+// (Sorting the tasks themselves longest first interleaved the heads of a
+// sequence, so every task packed its keys again.)
 std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const AttentionBlocking& bl) {
   std::vector<AttentionTaskRef> list;
+  std::vector<double> work(static_cast<std::size_t>(p.b), 0.0);  // per sequence
   const std::int64_t slots = p.h / bl.hg;
   for (std::int64_t s = 0; s < p.b; ++s) {
     const Sequence sq = sequence(p, s);
@@ -317,15 +323,17 @@ std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const Attentio
         const std::int64_t br = std::min(bl.bq, sq.i - r0);
         t.kbs = TaskKeyBlocks(p, sq, r0, br, bl.bk);
         t.cost = static_cast<double>(br) * static_cast<double>(t.kbs.end - t.kbs.begin + 1);
+        work[static_cast<std::size_t>(s)] += t.cost;
         list.push_back(t);
       }
     }
   }
   if (p.cu_q != nullptr || p.seqlen_k != nullptr) {
-    std::stable_sort(list.begin(), list.end(), [](const AttentionTaskRef& a,
-                                                  const AttentionTaskRef& b) {
-      return a.cost > b.cost;
-    });
+    std::stable_sort(list.begin(), list.end(),
+                     [&work](const AttentionTaskRef& a, const AttentionTaskRef& b) {
+                       return work[static_cast<std::size_t>(a.s)] >
+                              work[static_cast<std::size_t>(b.s)];
+                     });
   }
   return list;
 }

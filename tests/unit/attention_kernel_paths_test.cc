@@ -1,0 +1,109 @@
+// Kernel paths of the fused attention that the shape tests may not reach,
+// each against the naive double formula (attention_naive.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention_naive.h"
+#include "attention_test_util.h"
+#include "posbias/attention.h"
+
+namespace posbias {
+namespace {
+
+enum class PathBias : std::uint8_t { kNone, kAlibi, kTable, kDense };
+
+// One dense call (b 1) of h query heads on hk kv heads against the naive
+// formula, float32.
+void ExpectForwardMatchesNaive(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
+                               std::int64_t d, bool causal, float softcap, PathBias kind,
+                               std::uint32_t seed) {
+  SCOPED_TRACE("h " + std::to_string(h) + " hk " + std::to_string(hk) + " i " +
+               std::to_string(i) + " j " + std::to_string(j) + " d " + std::to_string(d) +
+               " causal " + std::to_string(causal) + " softcap " + std::to_string(softcap) +
+               " bias " + std::to_string(static_cast<int>(kind)));
+  const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
+  const Tensor k = test::random_tensor({1, hk, j, d}, seed + 1, -2.0f, 2.0f);
+  const Tensor v = test::random_tensor({1, hk, j, d}, seed + 2);
+  test::NaiveSeq a;
+  a.h = h, a.hk = hk, a.i = i, a.j = j, a.d = d;
+  a.q = q.to_float_vector(), a.k = k.to_float_vector(), a.v = v.to_float_vector();
+  a.q_offset = j - i;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.causal = causal;
+  a.softcap = softcap;
+  AttentionOptions opt;
+  opt.causal = causal;
+  opt.softcap = softcap;
+  std::mt19937 gen(seed + 3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  AttentionBias bias;
+  switch (kind) {
+    case PathBias::kNone:
+      break;
+    case PathBias::kAlibi:
+      for (std::int64_t x = 0; x < h; ++x) a.slopes.push_back(0.02f + 0.2f * (u(gen) + 1.0f));
+      bias = AttentionBias::alibi(a.slopes);
+      break;
+    case PathBias::kTable:
+      a.table_n = 2 * (i + j) + 1;
+      for (std::int64_t x = 0; x < h * a.table_n; ++x) a.table.push_back(u(gen));
+      bias = AttentionBias::distance_table(Tensor::from_vector({h, a.table_n}, a.table));
+      break;
+    case PathBias::kDense:
+      for (std::int64_t x = 0; x < h * i * j; ++x) a.dense.push_back(u(gen));
+      bias = AttentionBias::dense_bias(Tensor::from_vector({1, h, i, j}, a.dense));
+      break;
+  }
+  const test::NaiveOut want = test::naive_attention(a);
+  const std::vector<float> wantf(want.out.begin(), want.out.end());
+  test::expect_close(attention_forward(q, k, v, bias, opt).to_float_vector(), wantf,
+                     "attention_forward", test::naive_atol(DType::kFloat32),
+                     test::naive_rtol(DType::kFloat32));
+}
+
+// Query blocks of 5 to 17 rows (the blocked path starts at 5): every
+// remainder of the 6-row score and P V tiles, with and without a full tile
+// before it, on and off the causal diagonal; two key blocks and d not a
+// multiple of the vector length.
+TEST(AttentionKernelPaths, ForwardRowTileRemainders) {
+  std::uint32_t seed = 100;
+  for (std::int64_t i = 5; i <= 17; ++i) {
+    for (const bool causal : {true, false}) {
+      ExpectForwardMatchesNaive(2, 2, i, i + 70, 24, causal, 0.0f, PathBias::kAlibi, seed++);
+      ExpectForwardMatchesNaive(1, 1, i, i + 3, 8, causal, 0.0f, PathBias::kNone, seed++);
+    }
+  }
+}
+
+// Soft-capping on the row pass without a window or key mask (each bias kind;
+// the dense bias caps whole vectors before its element-wise add), where the
+// cap changes the scores a lot (cap 1.5 against scores of a few units).
+TEST(AttentionKernelPaths, ForwardSoftcapEveryBias) {
+  std::uint32_t seed = 300;
+  for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi, PathBias::kTable, PathBias::kDense}) {
+    for (const bool causal : {true, false}) {
+      for (const float cap : {1.5f, 30.0f}) {
+        ExpectForwardMatchesNaive(2, 1, 13, 77, 16, causal, cap, kind, seed++);
+        ExpectForwardMatchesNaive(1, 1, 70, 70, 9, causal, cap, kind, seed++);
+      }
+    }
+  }
+}
+
+// Grouped-query prefill with one query block per head: the group's query
+// heads share one packing of their kv head's keys (consecutive tasks).
+TEST(AttentionKernelPaths, ForwardGroupedQuerySharedPacking) {
+  std::uint32_t seed = 500;
+  for (const bool causal : {true, false}) {
+    ExpectForwardMatchesNaive(8, 2, 40, 200, 32, causal, 0.0f, PathBias::kAlibi, seed++);
+    ExpectForwardMatchesNaive(6, 3, 33, 129, 20, causal, 0.0f, PathBias::kTable, seed++);
+  }
+}
+
+}  // namespace
+}  // namespace posbias
