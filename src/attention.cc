@@ -430,36 +430,46 @@ Tensor table_gradient(const AttentionParams& p, const Tensor& table, const std::
   return grad;
 }
 
-// The float64 backward: the double reference in the core's layouts.
-void run_backward_f64(AttentionCall& call, const AttentionBias& bias, AttentionGradients& g) {
-  AttentionParams& p = call.p;
-  AttentionDouble& dbl = call.dbl;
-  std::vector<double> dtable;
+// Where a backward writes its bias gradients: the kernel's float pointers
+// of AttentionParams (T float) or AttentionDouble's (T double, a float64 call).
+template <typename T>
+struct GradTargets {
+  T** dslopes;
+  T** dtable;
+  T** ddense;
+  std::vector<T>* slopes;  // g.grad_slopes or g.grad_slopes_f64
+  std::size_t slope_count;
+  DType dtype;
+};
+
+// Allocates the bias gradient buffers of the kind, runs the backward and maps
+// the table and dense gradients into the user's shapes.
+template <typename T, typename Run>
+void backward_into(const AttentionParams& p, const AttentionBias& bias, const GradTargets<T>& t,
+                   AttentionGradients& g, Run run) {
+  std::vector<T> dtable;
   Tensor ddense;
   switch (bias.kind) {
     case AttentionBiasKind::kNone:
       break;
     case AttentionBiasKind::kAlibi:
-      g.grad_slopes_f64.assign(call.slopes64.size(), 0.0);
-      dbl.dslopes = g.grad_slopes_f64.data();
+      t.slopes->assign(t.slope_count, T{0});
+      *t.dslopes = t.slopes->data();
       break;
     case AttentionBiasKind::kDistanceTable:
-      dtable.assign(static_cast<std::size_t>(p.h * (2 * p.table_centre + 1)), 0.0);
-      dbl.dtable = dtable.data();
+      dtable.assign(static_cast<std::size_t>(p.h * (2 * p.table_centre + 1)), T{0});
+      *t.dtable = dtable.data();
       break;
     case AttentionBiasKind::kDense:
-      ddense = Tensor::empty({p.b, p.h, p.i, p.j}, DType::kFloat64);
-      dbl.ddense = ddense.mutable_data<double>();
+      ddense = Tensor::empty({p.b, p.h, p.i, p.j}, t.dtype);
+      *t.ddense = ddense.mutable_data<T>();
       break;
   }
-  attention_backward_reference(p, dbl);
-  g.grad_slopes.assign(g.grad_slopes_f64.begin(), g.grad_slopes_f64.end());
+  run();
   if (bias.kind == AttentionBiasKind::kDistanceTable) {
-    g.grad_table = table_gradient(p, bias.table, dtable, DType::kFloat64);
+    g.grad_table = table_gradient(p, bias.table, dtable, t.dtype);
   }
-  if (bias.kind == AttentionBiasKind::kDense) {
-    g.grad_dense = dense_gradient<double>(bias.dense, ddense);
-  }
+  if (bias.kind == AttentionBiasKind::kDense) g.grad_dense = dense_gradient<T>(bias.dense, ddense);
 }
 
 }  // namespace
@@ -499,35 +509,17 @@ void run_attention_backward(AttentionCall& call, const AttentionBias& bias, Atte
   p.dq = g.grad_q.raw_mutable_data();
   p.dk = g.grad_k.raw_mutable_data();
   p.dv = g.grad_v.raw_mutable_data();
-  if (p.dtype == DType::kFloat64) {
-    run_backward_f64(call, bias, g);
+  if (p.dtype == DType::kFloat64) {  // the double reference backward
+    AttentionDouble& dbl = call.dbl;
+    const GradTargets<double> t{&dbl.dslopes,       &dbl.dtable,          &dbl.ddense,
+                                &g.grad_slopes_f64, call.slopes64.size(), DType::kFloat64};
+    backward_into(p, bias, t, g, [&] { attention_backward_reference(p, dbl); });
+    g.grad_slopes.assign(g.grad_slopes_f64.begin(), g.grad_slopes_f64.end());
     return;
   }
-  std::vector<float> dtable;
-  Tensor ddense;
-  switch (bias.kind) {
-    case AttentionBiasKind::kNone:
-      break;
-    case AttentionBiasKind::kAlibi:
-      g.grad_slopes.assign(bias.slopes.size(), 0.0f);
-      p.dslopes = g.grad_slopes.data();
-      break;
-    case AttentionBiasKind::kDistanceTable:
-      dtable.assign(static_cast<std::size_t>(p.h * (2 * p.table_centre + 1)), 0.0f);
-      p.dtable = dtable.data();
-      break;
-    case AttentionBiasKind::kDense:
-      ddense = Tensor::empty({p.b, p.h, p.i, p.j}, DType::kFloat32);
-      p.ddense = ddense.mutable_data<float>();
-      break;
-  }
-  detail::attention_backward_kernel(p);
-  if (bias.kind == AttentionBiasKind::kDistanceTable) {
-    g.grad_table = table_gradient(p, bias.table, dtable, DType::kFloat32);
-  }
-  if (bias.kind == AttentionBiasKind::kDense) {
-    g.grad_dense = dense_gradient<float>(bias.dense, ddense);
-  }
+  const GradTargets<float> t{&p.dslopes,     &p.dtable,          &p.ddense,
+                             &g.grad_slopes, bias.slopes.size(), DType::kFloat32};
+  backward_into(p, bias, t, g, [&] { attention_backward_kernel(p); });
 }
 
 }  // namespace detail
