@@ -1,9 +1,23 @@
 // Internal, per instruction set: the direct (decode) path of the fused
-// forward, for tasks of at most kDirectRows query rows per head: S by dot
-// products over the key rows in place (nothing transposed), and O += P V
-// over the value rows in place; with grouped-query attention one task holds
-// the rows of several query heads of one kv head, so each key and value row
-// is read once for all of them.
+// forward, for tasks of at most kDirectRows query rows per head. Decode
+// reads every key and value row once and does little arithmetic on it, so
+// what matters is reading K and V as the memory streams them:
+//
+//   - each key block is walked in groups of kDecGroup keys (one page run
+//     after another in a paged cache, a page's base computed once); every
+//     row of the task reads the group while it is in L1, so the block's K
+//     and V are each read once from memory, in order;
+//   - S by dot products over the key rows in place (nothing transposed), in
+//     their own dtype (a 16-bit row is widened in registers), one vector of
+//     scores per N keys (a transpose-add tree, not a horizontal sum per key);
+//   - O = alpha O + P V in one pass over each value row (the accumulator
+//     tile covers the group's rows chunk by chunk while they are in L1).
+//
+// With grouped-query attention a task holds the rows of several query
+// heads of one kv head, so each key and value row is read once for all of
+// them; where the kv heads of a key position lie side by side (a paged
+// cache [blocks, block_size, hk, d]) a task may hold several kv heads, and
+// walks a key position's heads together (contiguous bytes).
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_
@@ -16,8 +30,9 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <type_traits>
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_task-inl.h"
@@ -27,154 +42,308 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Decode: S by dot products over key rows read in place when their
-// elements are contiguous, in their own dtype (a 16-bit row is widened in
-// registers: half the bytes of float32), each key once for every row of the
-// task. q rows (float32, times scale) have stride d.
-template <int R, typename T>
-HWY_INLINE void QKDotRows(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                          const T* HWY_RESTRICT krow, float* s, std::int64_t lds) {
-  const std::int64_t n = AttnLanes(df);
-  VF acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-  std::int64_t x = 0;
-  for (; x + n <= d; x += n) {
-    const VF kv = LoadWide(df, krow + x);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * d + x), kv, acc[r]);
+// Lanes of a float vector (compile time: x86 vectors have a fixed size).
+constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
+
+// Keys of a group: a multiple of every target's lanes (8 KB of float32
+// values at d = 128, well inside L1 while each row tile reads them).
+constexpr std::int64_t kDecGroup = 16;
+static_assert(kDecGroup % static_cast<std::int64_t>(kDecLanes) == 0, "whole vectors of scores");
+
+// The P V tile of two rows: as wide as the registers allow (two rows x 4
+// vectors of accumulators on AVX2's 16 registers, x 8 on AVX-512's 32:
+// d = 128 in one chunk). One row: 8 vectors everywhere (its value vectors
+// are FMA operands straight from memory).
+constexpr int kDecPairVecs = 2 * kAttnVecs;
+constexpr int kDecRowVecs = 8;
+
+// Lane u of the result: the sum of the lanes of acc[u] (kDecLanes vectors).
+// Pairs of vectors become one of their pairwise sums (even + odd lanes),
+// halving the count per level: log2(N) levels, N - 1 steps for N sums.
+HWY_INLINE VF DecLaneSums(DF df, VF* acc) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)df;
+  return acc[0];
+#else
+  for (std::size_t width = kDecLanes; width > 1; width /= 2) {
+    for (std::size_t u = 0; u < width / 2; ++u) {
+      acc[u] = hn::Add(hn::ConcatEven(df, acc[2 * u + 1], acc[2 * u]),
+                       hn::ConcatOdd(df, acc[2 * u + 1], acc[2 * u]));
+    }
   }
-  for (int r = 0; r < R; ++r) {
-    float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-    for (std::int64_t y = x; y < d; ++y) sum += q[r * d + y] * AttnToF(krow[y]);
-    s[r * lds] = sum;
-  }
+  return acc[0];
+#endif
 }
 
-// The scores of every row of the task against one key row.
-template <typename T>
-HWY_INLINE void QKDotAllRows(DF df, const AttentionTask& t, std::int64_t d, const float* q,
-                             const T* krow, float* s, std::int64_t cols) {
-  std::int64_t x = 0;
-  for (; x + 4 <= t.rows; x += 4) QKDotRows<4>(df, q + x * d, d, krow, s + x * cols, cols);
-  switch (t.rows - x) {
-    case 1:
-      QKDotRows<1>(df, q + x * d, d, krow, s + x * cols, cols);
-      break;
-    case 2:
-      QKDotRows<2>(df, q + x * d, d, krow, s + x * cols, cols);
-      break;
-    case 3:
-      QKDotRows<3>(df, q + x * d, d, krow, s + x * cols, cols);
-      break;
-    default:
-      break;
-  }
-}
-
-// One query row against four key rows: four independent FMA chains (a
-// single row against one key is one chain of d / N dependent FMAs, which
-// the FMA latency, not the read, limits).
-template <typename T>
-HWY_INLINE void QKDot4Keys(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                           const T* const* krows, float* s) {
-  const std::int64_t n = AttnLanes(df);
-  VF acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
+// The scores of one query row q (float32, times scale) against the N key
+// rows kr (their dtype), stored as one vector at s (aligned).
+template <typename TK>
+HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d,
+                              const TK* const* kr, float* HWY_RESTRICT s) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  VF acc[kDecLanes];
+  for (auto& a : acc) a = hn::Zero(df);
   std::int64_t x = 0;
   for (; x + n <= d; x += n) {
     const VF qv = hn::LoadU(df, q + x);
-    for (int u = 0; u < 4; ++u) acc[u] = hn::MulAdd(qv, LoadWide(df, krows[u] + x), acc[u]);
+    for (std::size_t u = 0; u < kDecLanes; ++u) {
+      acc[u] = hn::MulAdd(qv, LoadWide(df, kr[u] + x), acc[u]);
+    }
   }
-  for (int u = 0; u < 4; ++u) {
-    float sum = hn::GetLane(hn::SumOfLanes(df, acc[u]));
-    for (std::int64_t y = x; y < d; ++y) sum += q[y] * AttnToF(krows[u][y]);
-    s[u] = sum;
+  VF sums = DecLaneSums(df, acc);
+  if (x < d) {  // d not a multiple of N: the last elements one by one
+    HWY_ALIGN float tail[kDecLanes];
+    for (std::size_t u = 0; u < kDecLanes; ++u) {
+      float t = 0.0f;
+      for (std::int64_t y = x; y < d; ++y) t += q[y] * AttnToF(kr[u][y]);
+      tail[u] = t;
+    }
+    sums = hn::Add(sums, hn::Load(df, tail));
+  }
+  hn::Store(sums, df, s);
+}
+
+// The rows [begin, end) of the task that belong to kv head kv (query heads
+// kv * group ... of the task's heads [hh, hh + nh)).
+struct DecRowRange {
+  std::int64_t begin, end;
+};
+
+HWY_INLINE DecRowRange DecRowsOfKvHead(const AttentionParams& p, const AttentionTask& t,
+                                       std::int64_t kv) {
+  const std::int64_t group = p.h / p.hk;
+  const std::int64_t h0 = std::max(kv * group, t.hh), h1 = std::min((kv + 1) * group, t.hh + t.nh);
+  return {(h0 - t.hh) * t.br, (h1 - t.hh) * t.br};
+}
+
+// The task's last kv head (its first is t.kvh).
+HWY_INLINE std::int64_t DecLastKvHead(const AttentionParams& p, const AttentionTask& t) {
+  return (t.hh + t.nh - 1) / (p.h / p.hk);
+}
+
+// Element offsets of the rows of keys [c0, c0 + n) of the task's first kv
+// head in k (v with `values`): a paged cache is walked page run by page run
+// (a page's base once, no division per key). A key that the key mask
+// hides gets the offset of a key the block attends (BlockKeep found one):
+// its score is masked and its weight is never used, so nothing depends on
+// what its row holds.
+void DecRowOffsets(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                   std::int64_t n, bool values, std::int64_t* at, const AttentionWork& w) {
+  const std::int64_t* st = values ? p.v_stride : p.k_stride;
+  if (p.key_layout == KeyLayout::kPaged) {
+    const std::int32_t* table = p.block_table + t.bb * p.block_table_stride[0];
+    std::int64_t page = c0 / p.block_size, row = c0 % p.block_size;
+    for (std::int64_t c = 0; c < n; ++page, row = 0) {
+      const std::int64_t base = table[page * p.block_table_stride[1]] * st[0] + t.kvh * st[1];
+      const std::int64_t run = std::min(n - c, p.block_size - row);
+      for (std::int64_t k = 0; k < run; ++k) at[c + k] = base + (row + k) * st[2];
+      c += run;
+    }
+  } else {
+    const std::int64_t base = (values ? t.v_base : t.k_base) + c0 * st[2];
+    for (std::int64_t c = 0; c < n; ++c) at[c] = base + c * st[2];
+  }
+  if (p.key_mask == nullptr) return;
+  std::int64_t kept = 0;
+  while (kept < n && w.keep[kept] == 0.0f) ++kept;
+  for (std::int64_t c = 0; c < n && kept < n; ++c) {
+    if (w.keep[c] == 0.0f) at[c] = at[kept];
+  }
+}
+
+// Where the decode kernels read a block's rows: base + at[c] (+ a kv
+// head's offset) is key c's row, in the dtype T.
+template <typename T>
+struct DecRows {
+  const T* base;
+  const std::int64_t* at;
+  std::int64_t kv_step;  // elements between the rows of two kv heads
+};
+
+// S = (scale q) K^T for every row of the task over the block's first
+// max_lim keys: N keys at a time for each kv head's rows (so a group's K
+// rows, all heads of a key position side by side in a paged cache, are
+// read from memory once and by the other rows from L1). Columns past
+// max_lim up to a whole vector get the scores of key 0 (masked later).
+template <typename TK>
+void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t max_lim,
+               std::int64_t cols, const DecRows<TK>& k, AttentionWork& w) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t);
+  const TK* kr[kDecLanes];
+  for (std::int64_t c = 0; c < max_lim; c += n) {
+    for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
+      const TK* base = k.base + (kv - t.kvh) * k.kv_step;
+      for (std::int64_t u = 0; u < n; ++u) kr[u] = base + k.at[c + u < max_lim ? c + u : 0];
+      const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
+      for (std::int64_t r = rr.begin; r < rr.end; ++r) {
+        DecScoreLanes(df, w.q.get() + r * d, d, kr, w.s.get() + r * cols + c);
+      }
+    }
+  }
+}
+
+// O[RB rows][columns x ...] += P[RB rows][keys [0, count)] V[keys], for the
+// group's value rows vr (their dtype): VW vectors at a time, then single
+// vectors, then the last d % N columns one by one. p rows have stride ldp,
+// O rows dp.
+template <int RB, int VW, typename TV>
+HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
+                          const TV* const* vr, std::int64_t count, std::int64_t d,
+                          float* HWY_RESTRICT o, std::int64_t dp) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const auto chunk = [&](auto vw_tag, std::int64_t x) {
+    constexpr int kVW = decltype(vw_tag)::value;
+    VF acc[RB][kVW];
+    for (int r = 0; r < RB; ++r) {
+      for (int u = 0; u < kVW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
+    }
+    for (std::int64_t c = 0; c < count; ++c) {
+      VF vv[kVW];
+      for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, vr[c] + x + u * n);
+      for (int r = 0; r < RB; ++r) {
+        const VF pv = hn::Set(df, pw[r * ldp + c]);
+        for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      for (int u = 0; u < kVW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
+    }
+  };
+  std::int64_t x = 0;
+  for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
+  for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x);
+  for (; x < d; ++x) {
+    for (int r = 0; r < RB; ++r) {
+      float sum = o[r * dp + x];
+      for (std::int64_t c = 0; c < count; ++c) sum += pw[r * ldp + c] * AttnToF(vr[c][x]);
+      o[r * dp + x] = sum;
+    }
+  }
+}
+
+// Row r's weights over keys [from, to) of the group vr (keys of vr start
+// at g0), skipping the keys the key mask hides (their weight is 0 and
+// their values are never read).
+template <typename TV>
+HWY_INLINE void DecPVRow(DF df, const AttentionParams& p, const AttentionWork& w, const float* pw,
+                         const TV* const* vr, std::int64_t g0, std::int64_t from, std::int64_t to,
+                         float* o, std::int64_t dp) {
+  if (p.key_mask == nullptr) {
+    if (to > from) DecPVTile<1, kDecRowVecs>(df, pw + from, 0, vr + (from - g0), to - from, p.d, o, dp);
+    return;
+  }
+  for (std::int64_t c = from; c < to; ++c) {
+    if (w.keep[c] != 0.0f) DecPVTile<1, kDecRowVecs>(df, pw + c, 0, vr + (c - g0), 1, p.d, o, dp);
+  }
+}
+
+// O = alpha O + P V for every row of the task over the block's first
+// max_lim keys, each row over its own visible keys [first, lim) only (a
+// NaN in a value it cannot see never reaches it): a group's value rows are
+// read from memory once, by the first row tile of the first kv head.
+template <typename TV>
+void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
+               std::int64_t max_lim, std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
+  float* o = w.o.get();
+  const float* s = w.s.get();
+  const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
+  const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    const VF a = hn::Set(df, w.alpha[r]);
+    for (std::int64_t x = 0; x < dp; x += AttnLanes(df)) {
+      hn::Store(hn::Mul(a, hn::Load(df, o + r * dp + x)), df, o + r * dp + x);
+    }
+  }
+  const std::int64_t kv1 = DecLastKvHead(p, t);
+  const TV* vr[kDecGroup];
+  for (std::int64_t g0 = 0; g0 < max_lim; g0 += kDecGroup) {
+    const std::int64_t g1 = std::min(g0 + kDecGroup, max_lim);
+    for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
+      const TV* base = v.base + (kv - t.kvh) * v.kv_step;
+      for (std::int64_t c = g0; c < g1; ++c) vr[c - g0] = base + v.at[c];
+      const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
+      std::int64_t r = rr.begin;
+      // Two rows at a time where both see the whole group.
+      for (; r + 2 <= rr.end; r += 2) {
+        if (p.key_mask == nullptr && first(r) <= g0 && first(r + 1) <= g0 && lim(r) >= g1 &&
+            lim(r + 1) >= g1) {
+          DecPVTile<2, kDecPairVecs>(df, s + r * cols + g0, cols, vr, g1 - g0, p.d, o + r * dp, dp);
+          continue;
+        }
+        for (std::int64_t x = r; x < r + 2; ++x) {
+          DecPVRow(df, p, w, s + x * cols, vr, g0, std::max(g0, first(x)), std::min(g1, lim(x)),
+                   o + x * dp, dp);
+        }
+      }
+      for (; r < rr.end; ++r) {
+        DecPVRow(df, p, w, s + r * cols, vr, g0, std::max(g0, first(r)), std::min(g1, lim(r)),
+                 o + r * dp, dp);
+      }
+    }
+  }
+}
+
+// The block's rows as the kernels read them: in place in their dtype T
+// when a row's elements are contiguous, else converted to float32 rows in
+// buf (then TRead is float).
+template <typename T, typename TRead>
+DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                            std::int64_t max_lim, bool values, std::int64_t* at, float* buf,
+                            const AttentionWork& w) {
+  DecRowOffsets(p, t, c0, max_lim, values, at, w);
+  const std::int64_t* st = values ? p.v_stride : p.k_stride;
+  const void* src = values ? p.v : p.k;
+  if constexpr (std::is_same_v<T, TRead>) {
+    return {static_cast<const T*>(src), at, st[1]};
+  } else {
+    // One kv head per task here (PlanBlocking groups kv heads only when
+    // rows are contiguous).
+    for (std::int64_t c = 0; c < max_lim; ++c) {
+      PackRow(src, p.kv_dtype, at[c], st[3], p.d, 1.0f, buf + c * p.d);
+      at[c] = c * p.d;
+    }
+    return {buf, at, 0};
   }
 }
 
 template <typename T>
-void ScoresDirectT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                   std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  const std::int64_t d = p.d;
-  std::int64_t c = 0;
-  if (t.rows == 1 && t.k_direct && p.key_mask == nullptr) {
-    for (; c + 4 <= max_lim; c += 4) {
-      const T* krows[4];
-      for (int u = 0; u < 4; ++u) {
-        krows[u] = static_cast<const T*>(p.k) + KeyRowAt(p, t, c0 + c + u, false);
-      }
-      QKDot4Keys(df, w.q.get(), d, krows, w.s.get() + c);
-    }
-  }
-  for (; c < max_lim; ++c) {
-    if (KeyMasked(p, t, c0 + c)) continue;  // never read; masked by BiasMaskMax
-    const std::int64_t at = KeyRowAt(p, t, c0 + c, false);
-    if (t.k_direct) {
-      QKDotAllRows(df, t, d, w.q.get(), static_cast<const T*>(p.k) + at, w.s.get() + c, cols);
-    } else {
-      PackRow(p.k, p.kv_dtype, at, p.k_stride[3], d, 1.0f, w.row.get());
-      QKDotAllRows(df, t, d, w.q.get(), w.row.get(), w.s.get() + c, cols);
-    }
-  }
-}
-
-void ScoresDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                  std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  switch (p.kv_dtype) {
-    case DType::kBFloat16:
-      ScoresDirectT<bfloat16>(df, p, t, c0, max_lim, cols, w);
-      break;
-    case DType::kFloat16:
-      ScoresDirectT<float16>(df, p, t, c0, max_lim, cols, w);
-      break;
-    default:
-      ScoresDirectT<float>(df, p, t, c0, max_lim, cols, w);
-      break;
-  }
-}
-
-// Decode: O = alpha O + P V reading the value rows in place in their dtype
-// (widened in registers), else converting this block's rows once, for all
-// rows of the task. Tiles two rows by twice the width of the blocked path:
-// each value row is read whole, once per two rows (d <= 128 on AVX-512),
-// which keeps the reads of V sequential.
-void ValuesDirect(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
+void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                   std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+  std::int64_t* k_at = w.k_at.data();
+  std::int64_t* v_at = w.v_at.data();
+  if (t.k_direct) {
+    DecScores(df, p, t, max_lim, cols, DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w),
+              w);
+  } else {
+    DecScores(df, p, t, max_lim, cols,
+              DecBlockRows<T, float>(p, t, c0, max_lim, false, k_at, w.kt.get(), w), w);
+  }
+  SoftmaxBlock(df, p, t, c0, cols, w);
   if (t.v_direct) {
-    const std::int64_t at = KeyRowAt(p, t, c0, true);
-    switch (p.kv_dtype) {
-      case DType::kBFloat16:
-        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                                  static_cast<const bfloat16*>(p.v) + at, p.v_stride[2], dp);
-        break;
-      case DType::kFloat16:
-        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                                  static_cast<const float16*>(p.v) + at, p.v_stride[2], dp);
-        break;
-      default:
-        PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols,
-                                  static_cast<const float*>(p.v) + at, p.v_stride[2], dp);
-        break;
-    }
-    return;
+    DecValues(df, p, t, dp, max_lim, cols, DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w),
+              w);
+  } else {
+    DecValues(df, p, t, dp, max_lim, cols,
+              DecBlockRows<T, float>(p, t, c0, max_lim, true, v_at, w.v.get(), w), w);
   }
-  for (std::int64_t c = 0; c < max_lim; ++c) {
-    float* vrow = w.v.get() + c * dp;
-    if (KeyMasked(p, t, c0 + c)) {  // never read
-      std::fill(vrow, vrow + dp, 0.0f);
-      continue;
-    }
-    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], p.d, 1.0f, vrow);
-    for (std::int64_t x = p.d; x < dp; ++x) vrow[x] = 0.0f;
-  }
-  PVBlock<2, 2 * kAttnVecs>(df, w, t.rows, w.s.get(), cols, w.v.get(), dp, dp);
 }
 
 // One key block [c0, c0 + max_lim) of a direct (decode) task: scores,
 // the online-softmax update, then O = alpha O + P V.
 void DirectBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
-  ScoresDirect(df, p, t, c0, max_lim, cols, w);
-  SoftmaxBlock(df, p, t, c0, cols, w);
-  ValuesDirect(df, p, t, dp, c0, max_lim, cols, w);
+  switch (p.kv_dtype) {
+    case DType::kBFloat16:
+      DirectBlockT<bfloat16>(df, p, t, dp, c0, max_lim, cols, w);
+      break;
+    case DType::kFloat16:
+      DirectBlockT<float16>(df, p, t, dp, c0, max_lim, cols, w);
+      break;
+    default:
+      DirectBlockT<float>(df, p, t, dp, c0, max_lim, cols, w);
+      break;
+  }
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
