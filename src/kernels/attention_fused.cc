@@ -259,6 +259,19 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
         break;
       }
     }
+    // kv heads side by side within a key position (a paged cache, [blocks,
+    // block_size, hk, d]): a task takes several whole kv heads, so that it
+    // reads a position's heads together (contiguous bytes) instead of one
+    // row per hk * d elements, a TLB miss per row (0.29 of contiguous).
+    if (bl.hg == group && p.k_stride[1] < p.k_stride[2] && p.v_stride[1] < p.v_stride[2] &&
+        p.k_stride[3] == 1 && p.v_stride[3] == 1 && p.key_mask == nullptr) {
+      for (std::int64_t m = p.hk; m > 1; --m) {
+        if (p.hk % m == 0 && m * group * bl.bq <= kMaxGroupRows) {
+          bl.hg = m * group;
+          break;
+        }
+      }
+    }
   }
   const std::int64_t base_tasks = base_tasks_hg1 / bl.hg;
   if (splits <= 0) {
