@@ -521,7 +521,9 @@ void fused_attention(const AttentionParams& p) {
   const std::int64_t threads = omp_get_max_threads();
   std::int64_t bq = 256;
   while (bq > 64 && p.b * p.h * ((p.i + bq - 1) / bq) < 2 * threads) bq /= 2;
-  fused_attention_blocked(p, bq, 64, 0);
+  // Decode (direct tasks, i <= kDirectRows = 4) walks 256 keys per block:
+  // a quarter of the switches between the K and V streams.
+  fused_attention_blocked(p, bq, p.i <= 4 ? 256 : 64, 0);
 }
 
 }  // namespace posbias::detail
