@@ -285,8 +285,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 }
 
 // The block's rows as the kernels read them: in place in their dtype T
-// when a row's elements are contiguous, else converted to float32 rows in
-// buf (then TRead is float).
+// (TRead = T, buf null) when a row's elements are contiguous, else
+// converted to float32 rows in buf (TRead = float).
 template <typename T, typename TRead>
 DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                             std::int64_t max_lim, bool values, std::int64_t* at, float* buf,
@@ -294,11 +294,12 @@ DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, st
   DecRowOffsets(p, t, c0, max_lim, values, at, w);
   const std::int64_t* st = values ? p.v_stride : p.k_stride;
   const void* src = values ? p.v : p.k;
-  if constexpr (std::is_same_v<T, TRead>) {
-    return {static_cast<const T*>(src), at, st[1]};
+  if constexpr (!std::is_same_v<TRead, float>) {
+    return {static_cast<const T*>(src), at, st[1]};  // 16-bit rows in place
   } else {
-    // One kv head per task here (PlanBlocking groups kv heads only when
-    // rows are contiguous).
+    if (buf == nullptr) return {static_cast<const float*>(src), at, st[1]};
+    // Converted (one kv head per task here: PlanBlocking groups kv heads
+    // only when their rows are contiguous).
     for (std::int64_t c = 0; c < max_lim; ++c) {
       PackRow(src, p.kv_dtype, at[c], st[3], p.d, 1.0f, buf + c * p.d);
       at[c] = c * p.d;

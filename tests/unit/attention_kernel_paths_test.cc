@@ -105,5 +105,42 @@ TEST(AttentionKernelPaths, ForwardGroupedQuerySharedPacking) {
   }
 }
 
+// Decode (the direct path) with K and V whose elements are not contiguous
+// (views of [b, hk, d, j] buffers): their rows are converted into the
+// block's float32 buffers rather than read in place, for float32 and a
+// 16-bit cache, one and three query rows, two key blocks, d not a
+// multiple of the vector length.
+TEST(AttentionKernelPaths, DecodeStridedKeyAndValueElements) {
+  std::uint32_t seed = 700;
+  const std::int64_t h = 4, hk = 2, j = 300, d = 20;
+  for (const DType kv_dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (const std::int64_t i : {1, 3}) {
+      SCOPED_TRACE("kv dtype " + std::to_string(static_cast<int>(kv_dtype)) + " i " +
+                   std::to_string(i));
+      const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
+      const Tensor kt = test::random_tensor({1, hk, d, j}, seed + 1, -2.0f, 2.0f).to(kv_dtype);
+      const Tensor vt = test::random_tensor({1, hk, d, j}, seed + 2).to(kv_dtype);
+      seed += 3;
+      const std::vector<std::int64_t> shape = {1, hk, j, d}, strides = {hk * d * j, d * j, 1, j};
+      const Tensor k = Tensor::from_blob(const_cast<void*>(kt.raw_data()), shape, strides, kv_dtype);
+      const Tensor v = Tensor::from_blob(const_cast<void*>(vt.raw_data()), shape, strides, kv_dtype);
+      test::NaiveSeq a;
+      a.h = h, a.hk = hk, a.i = i, a.j = j, a.d = d;
+      a.q = q.to_float_vector(), a.k = k.to_float_vector(), a.v = v.to_float_vector();
+      a.q_offset = j - i;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      a.causal = true;
+      a.slopes = {0.05f, 0.1f, 0.2f, 0.4f};
+      AttentionOptions opt;
+      opt.causal = true;
+      const test::NaiveOut want = test::naive_attention(a);
+      const std::vector<float> wantf(want.out.begin(), want.out.end());
+      test::expect_close(
+          attention_forward(q, k, v, AttentionBias::alibi(a.slopes), opt).to_float_vector(), wantf,
+          "attention_forward", test::naive_atol(kv_dtype), test::naive_rtol(kv_dtype));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posbias
