@@ -191,11 +191,11 @@ void check_attention_bias(AttentionCall& call, const AttentionBias& bias, bool r
       const bool dtype_ok = t.dtype() == DType::kFloat32 ||
                             (t.dtype() == DType::kFloat64 && p.dtype == DType::kFloat64);
       if (!dtype_ok || t.dim() != 2 || t.size(0) != p.h || t.size(1) % 2 == 0) {
-        call.fail(
-            "the distance table must be float32 (or float64 in a float64 call) [h, n] "
-            "with h = " +
-            num(p.h) + " and n odd (read at its centre (n - 1) / 2), got " + dtype_name(t.dtype()) +
-            " table " + shape_string(t.shape()));
+        call.fail(std::string("the distance table must be ") +
+                  (p.dtype == DType::kFloat64 ? "float32 or float64" : "float32") +
+                  " [h, n] with h = " + num(p.h) +
+                  " and n odd (read at its centre (n - 1) / 2), got " + dtype_name(t.dtype()) +
+                  " table " + shape_string(t.shape()));
       }
       p.bias = FusedBias::kTable;
       p.table_centre = (t.size(1) - 1) / 2;

@@ -273,8 +273,8 @@ def test_varlen_errors():
         posbias.attention_varlen(q, k, v, good.long(), good_k, 3, 3)
     with pytest.raises(ValueError, match="dropout_p"):
         posbias.attention_varlen(q, k, v, good, good_k, 3, 3, dropout_p=0.1)
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
-        posbias.attention_varlen(q.double(), k.double(), v.double(), good, good_k, 3, 3)
+    with pytest.raises(TypeError, match="float32, bfloat16, float16 or float64"):
+        posbias.attention_varlen(q.int(), k.int(), v.int(), good, good_k, 3, 3)
     with pytest.raises(TypeError, match="window"):
         posbias.attention_varlen(q, k, v, good, good_k, 3, 3, window_size=(1.5, 2))
     with pytest.raises(ValueError, match="window"):

@@ -16,7 +16,8 @@ def qkv(b=1, h=2, hk=2, i=3, j=4, d=8, dtype=torch.float32):
 
 def test_attention_dtypes():
     q, k, v = qkv()
-    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got Long"):
+    with pytest.raises(TypeError,
+                       match="q must be float32, bfloat16, float16 or float64, got Long"):
         posbias.attention(q.long(), k, v)
     with pytest.raises(TypeError, match="q, k and v must have one dtype, got Float, Half, Float"):
         posbias.attention(q, k.half(), v)
@@ -113,12 +114,14 @@ def test_op_level_errors_are_value_errors():
         torch.ops.posbias.expand_distance_table(torch.zeros(2, 8), 2, 3, None)
     with pytest.raises(ValueError, match="reduce_distance_table"):
         torch.ops.posbias.reduce_distance_table(torch.zeros(2, 3, 4), 5)
-    # float64 tables take the reference path (test_float64.py); integers are refused.
-    with pytest.raises(TypeError, match="table must be float32, bfloat16 or float16, got Int"):
+    # float64 tables and attention take the reference path (test_float64.py); integers are
+    # refused.
+    with pytest.raises(TypeError,
+                       match="table must be float32, bfloat16, float16 or float64, got Int"):
         torch.ops.posbias.expand_distance_table(torch.zeros(2, 7, dtype=torch.int32), 2, 3, None)
-    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got Double"):
-        q64 = torch.zeros(1, 1, 2, 4, dtype=torch.float64)
-        torch.ops.posbias.attention(q64, q64, q64, "none", None, None, None, None, False)
+    with pytest.raises(TypeError, match="q must be float32, bfloat16, float16 or float64, got Int"):
+        q32 = torch.zeros(1, 1, 2, 4, dtype=torch.int32)
+        torch.ops.posbias.attention(q32, q32, q32, "none", None, None, None, None, False)
 
 
 def test_alibi_modules():
@@ -185,7 +188,7 @@ def test_dpb_and_t5():
         posbias.expand_distance_table(torch.zeros(2, 9), -1, 5)
     with pytest.raises(TypeError, match="i must be an int"):
         posbias.expand_distance_table(torch.zeros(2, 9), 1.0, 5)
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got Long"):
+    with pytest.raises(TypeError, match="float32, bfloat16, float16 or float64, got Long"):
         posbias.expand_distance_table(torch.zeros(2, 9, dtype=torch.long), 1, 5)
 
 

@@ -452,7 +452,11 @@ TEST(AttentionOp, BadInputIsACleanError) {
         posbias::ops::attention(q, kv, kv);
       },
       "head dimension");
-  expect_msg([&] { posbias::ops::attention(q.to(torch::kDouble), q, q); }, "float32, bfloat16");
+  // float64 is accepted (the core's double path); mixed with float32 it is refused.
+  expect_msg([&] { posbias::ops::attention(q.to(torch::kDouble), q, q); },
+             "one dtype, got Double, Float, Float");
+  expect_msg([&] { posbias::ops::attention(q.to(torch::kInt), q, q); },
+             "float32, bfloat16, float16 or float64");
   expect_msg([&] { posbias::ops::attention(q, q, q, "alibi"); }, "needs slopes");
   expect_msg([&] { posbias::ops::attention(q, q, q, "alibi", posbias::ops::alibi_slopes(3)); },
              "ALiBi needs");
