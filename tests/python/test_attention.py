@@ -206,9 +206,9 @@ def test_gradcheck(kind):
     """torch.autograd.gradcheck of the op with respect to q, k, v and the table.
     This is the finite-difference check of the float32 path (float64 takes the
     core's double reference path, gradchecked in test_float64.py): eps 1e-2 on
-    O(1) inputs, tolerance atol 2e-3 + rtol 2e-2 (float32 rounding of the difference quotient is about
-    1e-7 / 1e-2 = 1e-5; the central difference's third-order term about
-    eps^2 = 1e-4). The tight check of the same gradients is
+    O(1) inputs, tolerance atol 2e-3 + rtol 2e-2 (float32 rounding of the
+    difference quotient is about 1e-7 / 1e-2 = 1e-5; the central difference's
+    third-order term about eps^2 = 1e-4). The tight check of the same gradients is
     test_gradients_match_reference_autograd (float64 reference, 1e-4)."""
     assert posbias.attention(*(torch.zeros(1, 1, 1, 1, dtype=torch.float64),) * 3).dtype == \
         torch.float64

@@ -43,7 +43,8 @@ def test_expand_to_float64_from_float32_table():
 def test_float64_bad_lengths_are_value_errors():
     with pytest.raises(ValueError, match=r"n = 8 .* must be odd"):
         posbias.expand_distance_table(torch.zeros(2, 8, dtype=F64), 2, 3)
-    with pytest.raises(ValueError, match=r"too short for i = 2, j = 5: .*n >= 2 max\(i, j\) - 1 = 9"):
+    with pytest.raises(ValueError,
+                       match=r"too short for i = 2, j = 5: .*n >= 2 max\(i, j\) - 1 = 9"):
         posbias.expand_distance_table(torch.zeros(2, 7, dtype=F64), 2, 5)
     with pytest.raises(ValueError, match="j must be >= 1"):
         posbias.DynamicPositionBias(4, 2).double().distance_table(0)
