@@ -109,9 +109,15 @@ double check_module_size(const DpbOptions& o) {
       static_cast<double>(tensors) * kBytesPerParameterTensor +
       detail::dpb_mlp_scratch_bytes(o.dim, o.heads, blocks, o.norm, /*backward=*/false);
   if (bytes > static_cast<double>(detail::physical_memory_bytes())) {
-    what << ": " << values << " parameters in " << tensors << " tensors need about "
-         << static_cast<std::uint64_t>(bytes)
-         << " bytes (with the MLP's working memory), more than this machine's "
+    what << ": " << values << " parameters in " << tensors << " tensors need about ";
+    // bytes may exceed 2^64 (a depth near INT64_MAX): converting it to an
+    // integer would be undefined, so print it as a double there.
+    if (bytes < 1e18) {
+      what << static_cast<std::uint64_t>(bytes);
+    } else {
+      what << bytes;
+    }
+    what << " bytes (with the MLP's working memory), more than this machine's "
          << detail::physical_memory_bytes() << " bytes of memory";
     throw std::length_error(what.str());
   }

@@ -67,6 +67,20 @@ TEST(Limits, DynamicPositionBiasRefusesBeforeItsTable) {
       [&] { dpb.backward(kMillion, kMillion, Tensor::full({1}, 0.f)); }, "1000000");
 }
 
+// A depth near INT64_MAX makes the byte estimate exceed 2^64: the message
+// prints it as a double (the CLI fuzzer found the integer conversion, which
+// is undefined behaviour at that size).
+TEST(Limits, DpbDepthNearInt64MaxIsALengthErrorWithAFiniteByteCount) {
+  DpbOptions o;
+  o.variant = DpbVariant::kXTransformers;
+  o.dim = 8;
+  o.heads = 8;
+  o.norm = true;
+  o.depth = 92233720368547807;  // the fuzzer's input (dpb --depth=...)
+  expect_throw_with<std::length_error>([&] { const DynamicPositionBias m(o); },
+                                       "need about 3.54177e+20 bytes");
+}
+
 // Single-row (decode) DPB outputs are written without a whole per-head
 // table (see test::expect_little_more_memory_than_output).
 TEST(Limits, DpbNarrowOutputsNeedLittleMoreMemoryThanThemselves) {
