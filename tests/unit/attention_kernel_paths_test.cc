@@ -15,6 +15,20 @@
 namespace posbias {
 namespace {
 
+// The naive formula's description of one dense sequence (b = 1, queries
+// the last i positions, the default scale) over q, k, v as given.
+test::NaiveSeq DenseNaive(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t h,
+                          std::int64_t hk, std::int64_t i, std::int64_t j, std::int64_t d,
+                          bool causal) {
+  test::NaiveSeq a;
+  a.h = h, a.hk = hk, a.i = i, a.j = j, a.d = d;
+  a.q = q.to_float_vector(), a.k = k.to_float_vector(), a.v = v.to_float_vector();
+  a.q_offset = j - i;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.causal = causal;
+  return a;
+}
+
 enum class PathBias : std::uint8_t { kNone, kAlibi, kTable, kDense };
 
 // One dense call (b 1) of h query heads on hk kv heads against the naive
@@ -29,12 +43,7 @@ void ExpectForwardMatchesNaive(std::int64_t h, std::int64_t hk, std::int64_t i, 
   const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
   const Tensor k = test::random_tensor({1, hk, j, d}, seed + 1, -2.0f, 2.0f);
   const Tensor v = test::random_tensor({1, hk, j, d}, seed + 2);
-  test::NaiveSeq a;
-  a.h = h, a.hk = hk, a.i = i, a.j = j, a.d = d;
-  a.q = q.to_float_vector(), a.k = k.to_float_vector(), a.v = v.to_float_vector();
-  a.q_offset = j - i;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  a.causal = causal;
+  test::NaiveSeq a = DenseNaive(q, k, v, h, hk, i, j, d, causal);
   a.softcap = softcap;
   AttentionOptions opt;
   opt.causal = causal;
@@ -124,12 +133,7 @@ TEST(AttentionKernelPaths, DecodeStridedKeyAndValueElements) {
       const std::vector<std::int64_t> shape = {1, hk, j, d}, strides = {hk * d * j, d * j, 1, j};
       const Tensor k = Tensor::from_blob(const_cast<void*>(kt.raw_data()), shape, strides, kv_dtype);
       const Tensor v = Tensor::from_blob(const_cast<void*>(vt.raw_data()), shape, strides, kv_dtype);
-      test::NaiveSeq a;
-      a.h = h, a.hk = hk, a.i = i, a.j = j, a.d = d;
-      a.q = q.to_float_vector(), a.k = k.to_float_vector(), a.v = v.to_float_vector();
-      a.q_offset = j - i;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-      a.causal = true;
+      test::NaiveSeq a = DenseNaive(q, k, v, h, hk, i, j, d, true);
       a.slopes = {0.05f, 0.1f, 0.2f, 0.4f};
       AttentionOptions opt;
       opt.causal = true;
