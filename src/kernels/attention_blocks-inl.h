@@ -583,6 +583,74 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
   return alpha;
 }
 
+// The score tile of R rows over a whole key block of V vectors that every
+// row sees (no mask, window edge, soft-cap or bias other than the folded
+// ALiBi), with the online-softmax update done on the registers: each row's
+// max, p = exp(s - m_new) and its sum, and the rescale factor alpha, as
+// OnlineSoftmaxRow computes them; P is stored at s. Done per row pass over
+// the stored scores (BiasMaskMax, then OnlineSoftmaxRow) this cost about
+// 70 cycles per row and 64-key block on a Zen 5, a sixth of the prefill.
+// A row whose max is -inf (no finite score) takes OnlineSoftmaxRow itself.
+template <int R, int V, bool kAlibi>
+HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq,
+                              std::int64_t d, const float* HWY_RESTRICT kt, std::int64_t ld,
+                              float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold,
+                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                              float* HWY_RESTRICT alpha) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
+  }
+  for (std::int64_t kk = 0; kk < d; ++kk) {
+    const float* krow = kt + kk * ld;
+    VF kv[V];
+    for (int u = 0; u < V; ++u) kv[u] = hn::LoadU(df, krow + u * n);
+    for (int r = 0; r < R; ++r) {
+      const VF qv = hn::Set(df, q[r * ldq + kk]);
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
+    }
+  }
+  if constexpr (kAlibi) {
+    const VF neg_slope = hn::Set(df, fold.neg_slope);
+    VF col[V];
+    for (int u = 0; u < V; ++u) col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(u * n)));
+    for (int r = 0; r < R; ++r) {
+      const VF off = hn::Set(df, fold.row_off[r]);
+      for (int u = 0; u < V; ++u) {
+        acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
+      }
+    }
+  }
+  float row_max[R];
+  for (int r = 0; r < R; ++r) {
+    VF mx = acc[r][0];
+    for (int u = 1; u < V; ++u) mx = hn::Max(mx, acc[r][u]);
+    row_max[r] = hn::GetLane(hn::MaxOfLanes(df, mx));
+  }
+  for (int r = 0; r < R; ++r) {
+    float* srow = s + r * lds;
+    const float m_new = std::max(m[r], row_max[r]);
+    if (m_new == kAttnNegInf) {  // no finite score: the general update
+      for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, srow + u * n);
+      std::int64_t lim = V * n;
+      alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max[r], m[r], l[r]);
+      continue;
+    }
+    const float a = m[r] == kAttnNegInf ? 0.0f : std::exp(m[r] - m_new);
+    const VF vm = hn::Set(df, m_new);
+    VF sum = hn::Zero(df);
+    for (int u = 0; u < V; ++u) {
+      const VF e = SafeExp(df, hn::Sub(acc[r][u], vm));
+      hn::Store(e, df, srow + u * n);
+      sum = hn::Add(sum, e);
+    }
+    l[r] = l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
+    m[r] = m_new;
+    alpha[r] = a;
+  }
+}
+
 // Backward, one row over a block of cols columns (a multiple of the vector
 // length): s (biased, masked scores) becomes P = exp(s - lse) and dp (dO V^T)
 // becomes dS = P (dP - delta) on the first `lim` columns, both 0 after.

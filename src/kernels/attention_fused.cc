@@ -152,13 +152,19 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
 }
 
 
-// Blocked: K^T [d][ld] and V [keys][dp] of key block kb (from the head's
-// shared packing, or packed here for this block), then S = (scale q) K^T,
-// each group of rows over the keys it can see (on the causal diagonal that
-// halves the product). Returns the packed V rows (stride dp).
-const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlocking& bl,
-                           const AttentionTask& t, std::int64_t kb, std::int64_t max_lim,
-                           std::int64_t cols, AttentionWork& w) {
+// A key block's operands for the blocked path: K^T [d][ld] and V [keys][dp].
+struct KeyBlockOperands {
+  const float* kt;
+  std::int64_t ld;
+  const float* vp;
+};
+
+// Blocked: K^T and V of key block kb, from the head's shared packing or
+// packed here for this block; and the rows' ALiBi anchors for the score
+// tile.
+KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlocking& bl,
+                                const AttentionTask& t, std::int64_t kb, std::int64_t max_lim,
+                                std::int64_t cols, AttentionWork& w) {
   const std::int64_t d = p.d, dp = bl.dp;
   const std::int64_t c0 = kb * bl.bk;
   float* kt = w.kt.get();
@@ -181,26 +187,59 @@ const float* ScoresBlocked(DF df, const AttentionParams& p, const AttentionBlock
       w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
     }
   }
-  const auto qk_rows = [&](auto rows_tag, std::int64_t rr) {
-    constexpr int R = decltype(rows_tag)::value;
-    const AlibiFold fold{w.alibi_off.get() + rr, t.neg_slope};
-    float* srow = w.s.get() + rr * cols;
-    std::int64_t most = 0;
-    for (std::int64_t x = rr; x < rr + R; ++x)
-      most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
-    const std::int64_t vis = AttnRoundUp(df, most);
-    if (t.alibi_fold) {
-      QKRows<R, true>(df, w.q.get() + rr * d, d, d, kt, ld, vis, srow, cols, fold);
-    } else {
-      QKRows<R, false>(df, w.q.get() + rr * d, d, d, kt, ld, vis, srow, cols, fold);
+  return {kt, ld, vp};
+}
+
+// S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
+// the causal diagonal that halves the product). Where the tile spans the
+// whole block, every row sees all of it and the scores need no pass of
+// their own (no mask, window edge, soft-cap, table or dense bias), the
+// tile also does the rows' softmax update on its registers (and returns
+// true); else SoftmaxRows follows.
+template <int R>
+HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTask& t,
+                             const KeyBlockOperands& op, std::int64_t rr, std::int64_t cols,
+                             AttentionWork& w) {
+  const std::int64_t d = p.d;
+  const AlibiFold fold{w.alibi_off.get() + rr, t.neg_slope};
+  float* srow = w.s.get() + rr * cols;
+  if (cols == kAttnVecs * AttnLanes(df) && p.key_mask == nullptr && p.softcap == 0.0f &&
+      (t.alibi_fold || p.bias == FusedBias::kNone)) {
+    bool whole = true;
+    for (std::int64_t x = rr; x < rr + R; ++x) {
+      whole = whole && w.first[static_cast<std::size_t>(x)] == 0 &&
+              w.lim[static_cast<std::size_t>(x)] == cols;
     }
-  };
-  ForRowTiles<kFwdRows>(t.br, qk_rows);
-  return vp;
+    if (whole) {
+      float* m = w.m.get() + rr;
+      float* l = w.l.get() + rr;
+      float* alpha = w.alpha.get() + rr;
+      if (t.alibi_fold) {
+        QKSoftmaxTile<R, kAttnVecs, true>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols,
+                                          fold, m, l, alpha);
+      } else {
+        QKSoftmaxTile<R, kAttnVecs, false>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols,
+                                           fold, m, l, alpha);
+      }
+      return true;
+    }
+  }
+  std::int64_t most = 0;
+  for (std::int64_t x = rr; x < rr + R; ++x) most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
+  const std::int64_t vis = AttnRoundUp(df, most);
+  if (t.alibi_fold) {
+    QKRows<R, true>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, vis, srow, cols, fold);
+  } else {
+    QKRows<R, false>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, vis, srow, cols, fold);
+  }
+  return false;
 }
 
 // The task over key blocks [kb0, kb1): leaves m, l, O (unnormalised) per
-// row in w.
+// row in w. A blocked key block goes tile by tile: each group of kFwdRows
+// rows takes its scores, its softmax update and its P V product in turn,
+// while its rows of S are in L1 (all the rows' scores first, then all the
+// softmax, then all of P V sent the 64 KB of S through L2 twice).
 void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const AttentionTask& t,
              std::int64_t kb0, std::int64_t kb1, AttentionWork& w) {
   const DF df;
@@ -215,11 +254,14 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     const std::int64_t cols = AttnRoundUp(df, max_lim);
     if (t.direct) {
       DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, w);
-    } else {
-      const float* vp = ScoresBlocked(df, p, bl, t, kb, max_lim, cols, w);
-      SoftmaxBlock(df, p, t, c0, cols, w);
-      PVBlock<kFwdRows, kAttnVecs>(df, w, t.rows, w.s.get(), cols, vp, bl.dp, bl.dp);
+      continue;
     }
+    const KeyBlockOperands op = PackedKeyBlock(p, bl, t, kb, max_lim, cols, w);
+    ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
+      constexpr int R = decltype(rows_tag)::value;
+      if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w)) SoftmaxRows(df, p, t, c0, cols, rr, rr + R, w);
+      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, op.vp, bl.dp, bl.dp);
+    });
   }
 }
 

@@ -160,51 +160,47 @@ HWY_INLINE std::int64_t TaskPosition(const AttentionTask& t, std::int64_t r) {
   return t.sq.q_offset + r;
 }
 
-// O = alpha O + P V for `rows` rows of P (row stride ldp), each over its own
-// visible keys w.lim[r] only: groups of RB rows share the keys they all see,
-// and each row adds its own remaining keys after. Tiles of RB rows x VW
-// vectors of d; V rows (stride ldv) may be unaligned.
-template <int RB, int VW, typename TV>
-HWY_INLINE void PVBlock(DF df, AttentionWork& w, std::int64_t rows, const float* s,
-                        std::int64_t ldp, const TV* vp, std::int64_t ldv, std::int64_t dp) {
+// O = alpha O + P V for rows [r, r + R) of P (row stride ldp), each over
+// its own visible keys w.lim only: the keys all R rows see, [begin, end), in
+// one tile of R rows x VW vectors of d, then each row's own others. V rows
+// (stride ldv) may be unaligned.
+template <int R, int VW, typename TV>
+HWY_INLINE void PVRows(DF df, AttentionWork& w, std::int64_t r, const float* s, std::int64_t ldp,
+                       const TV* vp, std::int64_t ldv, std::int64_t dp) {
   float* o = w.o.get();
-  const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
-  const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
+  const auto lim = [&](std::int64_t x) { return w.lim[static_cast<std::size_t>(x)]; };
+  const auto first = [&](std::int64_t x) { return w.first[static_cast<std::size_t>(x)]; };
   // Row rr's keys [from, to), added to its accumulator.
   const auto add_keys = [&](std::int64_t rr, std::int64_t from, std::int64_t to) {
     if (to <= from) return;
     MulAddRowsOf<1, VW, TV>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
-                        TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
+                            TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
   };
-  // Groups of RB rows (the last group those that remain), each over the
-  // keys all its rows see, [begin, end), then each row's own others.
-  ForRowTiles<RB>(rows, [&](auto rows_tag, std::int64_t r) {
-    constexpr int R = decltype(rows_tag)::value;
-    std::int64_t begin = first(r), end = lim(r);
-    for (int u = 1; u < R; ++u) {
-      begin = std::max(begin, first(r + u));
-      end = std::min(end, lim(r + u));
+  std::int64_t begin = first(r), end = lim(r);
+  for (int u = 1; u < R; ++u) {
+    begin = std::max(begin, first(r + u));
+    end = std::min(end, lim(r + u));
+  }
+  if (end < begin) end = begin;
+  MulAddRowsOf<R, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
+                          TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
+  for (int u = 0; u < R; ++u) {
+    const std::int64_t rr = r + u;
+    if (end > begin) {
+      add_keys(rr, first(rr), begin);
+      add_keys(rr, end, lim(rr));
+    } else {
+      add_keys(rr, first(rr), lim(rr));
     }
-    if (end < begin) end = begin;
-    MulAddRowsOf<R, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
-                            TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
-    for (int u = 0; u < R; ++u) {
-      const std::int64_t rr = r + u;
-      if (end > begin) {
-        add_keys(rr, first(rr), begin);
-        add_keys(rr, end, lim(rr));
-      } else {
-        add_keys(rr, first(rr), lim(rr));
-      }
-    }
-  });
+  }
 }
 
-// Bias, mask and the online-softmax update of every row of the task over
-// the block at key c0: w.s becomes P, w.alpha the rescale factors.
-void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                  std::int64_t cols, AttentionWork& w) {
-  for (std::int64_t r = 0; r < t.rows; ++r) {
+// Bias, mask and the online-softmax update of rows [r0, r1) of the task
+// over the block at key c0: their w.s rows become P, w.alpha the rescale
+// factors. SoftmaxBlock: every row.
+void SoftmaxRows(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                 std::int64_t cols, std::int64_t r0, std::int64_t r1, AttentionWork& w) {
+  for (std::int64_t r = r0; r < r1; ++r) {
     float* srow = w.s.get() + r * cols;
     std::int64_t& lim = w.lim[static_cast<std::size_t>(r)];
     const std::int64_t qr = t.r0 + r % t.br;
@@ -214,6 +210,11 @@ void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::
                                       p.key_mask != nullptr ? w.keep.get() : nullptr);
     w.alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max, w.m[r], w.l[r]);
   }
+}
+
+void SoftmaxBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                  std::int64_t cols, AttentionWork& w) {
+  SoftmaxRows(df, p, t, c0, cols, 0, t.rows, w);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
