@@ -584,18 +584,19 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
 }
 
 // The score tile of R rows over a whole key block of V vectors that every
-// row sees (no mask, window edge, soft-cap or bias other than the folded
-// ALiBi), with the online-softmax update done on the registers: each row's
+// row sees (no mask, window edge, or bias other than ALiBi; with kCap
+// soft-capped first, then ALiBi added, the order of BiasMaskMaxRow), with
+// the online-softmax update done on the registers: each row's
 // max, p = exp(s - m_new) and its sum, and the rescale factor alpha, as
 // OnlineSoftmaxRow computes them; P is stored at s. Done per row pass over
 // the stored scores (BiasMaskMax, then OnlineSoftmaxRow) this cost about
 // 70 cycles per row and 64-key block on a Zen 5, a sixth of the prefill.
 // A row whose max is -inf (no finite score) takes OnlineSoftmaxRow itself.
-template <int R, int V, bool kAlibi>
+template <int R, int V, bool kAlibi, bool kCap>
 HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq,
                               std::int64_t d, const float* HWY_RESTRICT kt, std::int64_t ld,
                               float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold,
-                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                              float softcap, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                               float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R][V];
@@ -610,6 +611,15 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
       const VF qv = hn::Set(df, q[r * ldq + kk]);
       for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
     }
+  }
+  if constexpr (kCap) {  // cap tanh(s / cap), before the bias (as BiasMaskMaxRow<true>)
+    const VF cap = hn::Set(df, softcap);
+    const VF inv_cap = hn::Set(df, 1.0f / softcap);
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < V; ++u) acc[r][u] = hn::Mul(cap, hn::Tanh(df, hn::Mul(acc[r][u], inv_cap)));
+    }
+  } else {
+    (void)softcap;
   }
   if constexpr (kAlibi) {
     const VF neg_slope = hn::Set(df, fold.neg_slope);

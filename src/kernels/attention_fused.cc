@@ -181,7 +181,7 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
     PackKeyBlock(p, t, dp, c0, keys, ld, kt, vp, w.row.get());
     if (t.use_pack) w.pack.ready[static_cast<std::size_t>(kb)] = 1;
   }
-  if (t.alibi_fold) {
+  if (p.bias == FusedBias::kAlibi) {  // the score tile's ALiBi (QKRows or QKSoftmaxTile)
     for (std::int64_t rr = 0; rr < t.br; ++rr) {
       const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
       w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
@@ -193,9 +193,10 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the tile spans the
 // whole block, every row sees all of it and the scores need no pass of
-// their own (no mask, window edge, soft-cap, table or dense bias), the
-// tile also does the rows' softmax update on its registers (and returns
-// true); else SoftmaxRows follows.
+// their own (no mask, window edge, table or dense bias; a soft-cap and
+// ALiBi are applied on the registers), the tile also does the rows'
+// softmax update on its registers (and returns true); else SoftmaxRows
+// follows.
 template <int R>
 HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTask& t,
                              const KeyBlockOperands& op, std::int64_t rr, std::int64_t cols,
@@ -203,8 +204,8 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
   const std::int64_t d = p.d;
   const AlibiFold fold{w.alibi_off.get() + rr, t.neg_slope};
   float* srow = w.s.get() + rr * cols;
-  if (cols == kAttnVecs * AttnLanes(df) && p.key_mask == nullptr && p.softcap == 0.0f &&
-      (t.alibi_fold || p.bias == FusedBias::kNone)) {
+  if (cols == kAttnVecs * AttnLanes(df) && p.key_mask == nullptr &&
+      (p.bias == FusedBias::kAlibi || p.bias == FusedBias::kNone)) {
     bool whole = true;
     for (std::int64_t x = rr; x < rr + R; ++x) {
       whole = whole && w.first[static_cast<std::size_t>(x)] == 0 &&
@@ -214,12 +215,17 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
       float* m = w.m.get() + rr;
       float* l = w.l.get() + rr;
       float* alpha = w.alpha.get() + rr;
-      if (t.alibi_fold) {
-        QKSoftmaxTile<R, kAttnVecs, true>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols,
-                                          fold, m, l, alpha);
+      const auto tile = [&](auto alibi_tag, auto cap_tag) {
+        QKSoftmaxTile<R, kAttnVecs, decltype(alibi_tag)::value, decltype(cap_tag)::value>(
+            df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols, fold, p.softcap, m, l, alpha);
+      };
+      const std::true_type yes;
+      const std::false_type no;
+      const bool alibi = p.bias == FusedBias::kAlibi;
+      if (p.softcap > 0.0f) {
+        alibi ? tile(yes, yes) : tile(no, yes);
       } else {
-        QKSoftmaxTile<R, kAttnVecs, false>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols,
-                                           fold, m, l, alpha);
+        alibi ? tile(yes, no) : tile(no, no);
       }
       return true;
     }
