@@ -505,6 +505,46 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
   }
 }
 
+// The calling thread's block buffers for a call of these sizes. Kept from
+// call to call (per thread, grown to the largest sizes seen, at most
+// kKeptWorkBytes): allocating and freeing them on every call cost a small
+// decode more than its arithmetic (glibc returned the memory to the kernel
+// on free, and each madvise or brk shrink flushed the TLB of both cores:
+// 0.5 ms per grouped-query decode call over 1024 keys on a Zen 5 VM, a
+// third of it with the other thread waiting). The head packing is
+// per call (its size follows the call's keys).
+constexpr double kKeptWorkBytes = 4.0 * (1 << 20);
+
+AttentionWork& ThreadAttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d,
+                                   std::int64_t dp) {
+  struct Kept {
+    std::unique_ptr<AttentionWork> work;
+    std::int64_t bq = 0, bkp = 0, d = 0, dp = 0;
+  };
+  static thread_local Kept kept;
+  static thread_local std::unique_ptr<AttentionWork> once;  // a call too large to keep
+  once.reset();  // the previous call's, if it was one
+  if (kept.work && bq <= kept.bq && bkp <= kept.bkp && d <= kept.d && dp <= kept.dp) {
+    kept.work->pack = AttentionHeadPack();
+    return *kept.work;
+  }
+  const std::int64_t nbq = std::max(bq, kept.bq), nbkp = std::max(bkp, kept.bkp);
+  const std::int64_t nd = std::max(d, kept.d), ndp = std::max(dp, kept.dp);
+  const double bytes = 4.0 * (static_cast<double>(nbq) * static_cast<double>(nd + nbkp + ndp) +
+                              static_cast<double>(nbkp) * static_cast<double>(nd + ndp));
+  if (bytes > kKeptWorkBytes) {
+    once = std::make_unique<AttentionWork>(bq, bkp, d, dp);
+    return *once;
+  }
+  kept.work.reset();
+  kept.work = std::make_unique<AttentionWork>(nbq, nbkp, nd, ndp);
+  kept.bq = nbq;
+  kept.bkp = nbkp;
+  kept.d = nd;
+  kept.dp = ndp;
+  return *kept.work;
+}
+
 void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
          std::int64_t splits) {
   if (p.b == 0 || p.h == 0 || p.i == 0) return;
@@ -534,8 +574,8 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   ThreadErrors errors;
 #pragma omp parallel if (parallel)
   {
-    std::unique_ptr<AttentionWork> work;
-    errors.run([&] { work = std::make_unique<AttentionWork>(rows_per_task, bl.bkp, p.d, bl.dp); });
+    AttentionWork* work = nullptr;
+    errors.run([&] { work = &ThreadAttentionWork(rows_per_task, bl.bkp, p.d, bl.dp); });
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
       if (errors.failed()) continue;
