@@ -593,10 +593,10 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
 // 70 cycles per row and 64-key block on a Zen 5, a sixth of the prefill.
 // A row whose max is -inf (no finite score) takes OnlineSoftmaxRow itself.
 template <int R, int V, bool kAlibi, bool kCap>
-HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq,
-                              std::int64_t d, const float* HWY_RESTRICT kt, std::int64_t ld,
-                              float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold,
-                              float softcap, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
+                              const float* HWY_RESTRICT kt, std::int64_t ld, float* HWY_RESTRICT s,
+                              std::int64_t lds, const AlibiFold& fold, float softcap,
+                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                               float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R][V];
@@ -616,7 +616,9 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     const VF cap = hn::Set(df, softcap);
     const VF inv_cap = hn::Set(df, 1.0f / softcap);
     for (int r = 0; r < R; ++r) {
-      for (int u = 0; u < V; ++u) acc[r][u] = hn::Mul(cap, hn::Tanh(df, hn::Mul(acc[r][u], inv_cap)));
+      for (int u = 0; u < V; ++u) {
+        acc[r][u] = hn::Mul(cap, hn::Tanh(df, hn::Mul(acc[r][u], inv_cap)));
+      }
     }
   } else {
     (void)softcap;
@@ -624,7 +626,9 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
   if constexpr (kAlibi) {
     const VF neg_slope = hn::Set(df, fold.neg_slope);
     VF col[V];
-    for (int u = 0; u < V; ++u) col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(u * n)));
+    for (int u = 0; u < V; ++u) {
+      col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(u * n)));
+    }
     for (int r = 0; r < R; ++r) {
       const VF off = hn::Set(df, fold.row_off[r]);
       for (int u = 0; u < V; ++u) {

@@ -151,7 +151,6 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   }
 }
 
-
 // A key block's operands for the blocked path: K^T [d][ld] and V [keys][dp].
 struct KeyBlockOperands {
   const float* kt;
@@ -231,7 +230,9 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     }
   }
   std::int64_t most = 0;
-  for (std::int64_t x = rr; x < rr + R; ++x) most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
+  for (std::int64_t x = rr; x < rr + R; ++x) {
+    most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
+  }
   const std::int64_t vis = AttnRoundUp(df, most);
   if (t.alibi_fold) {
     QKRows<R, true>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, vis, srow, cols, fold);
@@ -265,7 +266,8 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     const KeyBlockOperands op = PackedKeyBlock(p, bl, t, kb, max_lim, cols, w);
     ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
       constexpr int R = decltype(rows_tag)::value;
-      if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w)) SoftmaxRows(df, p, t, c0, cols, rr, rr + R, w);
+      if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))
+        SoftmaxRows(df, p, t, c0, cols, rr, rr + R, w);
       PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, op.vp, bl.dp, bl.dp);
     });
   }
@@ -523,7 +525,7 @@ AttentionWork& ThreadAttentionWork(std::int64_t bq, std::int64_t bkp, std::int64
   };
   static thread_local Kept kept;
   static thread_local std::unique_ptr<AttentionWork> once;  // a call too large to keep
-  once.reset();  // the previous call's, if it was one
+  once.reset();                                             // the previous call's, if it was one
   if (kept.work && bq <= kept.bq && bkp <= kept.bkp && d <= kept.d && dp <= kept.dp) {
     kept.work->pack = AttentionHeadPack();
     return *kept.work;
