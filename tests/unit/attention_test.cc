@@ -316,8 +316,12 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
     std::int64_t h, hk, i, j, d;
   };
   std::uint32_t seed = 900;
+  // The last shape has key blocks that every row of a tile sees whole: with
+  // a block of 8, 16 or 64 keys (two, four or four vectors of SSE4, AVX2 or
+  // AVX-512) the score tile does the rows' softmax on its registers.
   for (const Shape5& sh : {Shape5{3, 1, 13, 17, 5}, Shape5{2, 2, 17, 13, 16},
-                           Shape5{4, 2, 1, 29, 7}, Shape5{1, 1, 9, 9, 33}}) {
+                           Shape5{4, 2, 1, 29, 7}, Shape5{1, 1, 9, 9, 33},
+                           Shape5{2, 1, 20, 150, 24}}) {
     for (AttentionBiasKind kind : kKinds) {
       for (bool causal : {false, true}) {
         if (kind == AttentionBiasKind::kDistanceTable && !causal && sh.i > sh.j) continue;
@@ -380,7 +384,10 @@ TEST(AttentionFused, ExplicitBlocksAndSplits) {
                                         {5, 3, 2},
                                         {4, 16, 1},
                                         {64, 2, 4},
-                                        {2, 1, 7}}) {
+                                        {2, 1, 7},
+                                        {6, 8, 1},
+                                        {7, 16, 2},
+                                        {13, 64, 1}}) {
             detail::fused_attention_blocked(p, bq, bk, splits);
             expect_attention_close(out, ref,
                                    std::string(hwy::TargetName(target)) + " " + name_of(c) + " bq" +
