@@ -266,6 +266,13 @@ Tensor kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
 // dst[0 .. d) (cache dtype) = src[0, stride, ..) (float dtype), rounded once.
 void convert_row(const void* src, DType st, std::int64_t s_off, std::int64_t s_step, void* dst,
                  DType dt, std::int64_t d_off, std::int64_t d_step, std::int64_t d) {
+  if (st == DType::kFloat64 || dt == DType::kFloat64) {  // both (kvcache_append checks): exact
+    for (std::int64_t x = 0; x < d; ++x) {
+      static_cast<double*>(dst)[d_off + x * d_step] =
+          static_cast<const double*>(src)[s_off + x * s_step];
+    }
+    return;
+  }
   for (std::int64_t x = 0; x < d; ++x) {
     const std::int64_t at = s_off + x * s_step;
     float f = 0.0f;
@@ -368,18 +375,28 @@ void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlen
   call.names[0] = "k_new";
   call.names[1] = "k_cache";
   call.names[2] = "v_cache";
-  if (k_new.dim() != 4 || k_new.shape() != v_new.shape() || !is_float(k_new.dtype()) ||
-      !is_float(v_new.dtype())) {
+  // float64 goes into a float64 cache only (exact copies, for gradcheck and
+  // double references), never mixed with the three others.
+  const auto f64 = [](const Tensor& t) { return t.dtype() == DType::kFloat64; };
+  const bool all64 = f64(k_new) && f64(v_new) && f64(k_cache) && f64(v_cache);
+  if (!all64 && (f64(k_new) || f64(v_new) || f64(k_cache) || f64(v_cache))) {
+    call.fail("float64 is appended only with k_new, v_new, k_cache and v_cache all float64, got " +
+              std::string(dtype_name(k_new.dtype())) + ", " + dtype_name(v_new.dtype()) + ", " +
+              dtype_name(k_cache.dtype()) + ", " + dtype_name(v_cache.dtype()));
+  }
+  const auto is_value = [&](DType t) { return all64 || is_float(t); };
+  if (k_new.dim() != 4 || k_new.shape() != v_new.shape() || !is_value(k_new.dtype()) ||
+      !is_value(v_new.dtype())) {
     call.fail(
-        "k_new and v_new must be float32, bfloat16 or float16 [b, n, hk, d] of one shape, "
-        "got " +
+        "k_new and v_new must be float32, bfloat16, float16 or float64 [b, n, hk, d] of one "
+        "shape, got " +
         dtype_name(k_new.dtype()) + " " + shape_string(k_new.shape()) + " and " +
         dtype_name(v_new.dtype()) + " " + shape_string(v_new.shape()));
   }
   const std::int64_t b = k_new.size(0), n = k_new.size(1), hk = k_new.size(2), d = k_new.size(3);
   check_cache(call, k_cache, v_cache, cache_seqlens, block_table, b, n);
-  if (!is_float(k_cache.dtype()) || k_cache.size(2) != hk || k_cache.size(3) != d) {
-    call.fail("the cache must be float32, bfloat16 or float16 [.., .., hk, d] = [.., .., " +
+  if (!is_value(k_cache.dtype()) || k_cache.size(2) != hk || k_cache.size(3) != d) {
+    call.fail("the cache must be float32, bfloat16, float16 or float64 [.., .., hk, d] = [.., .., " +
               num(hk) + ", " + num(d) + "], got " + dtype_name(k_cache.dtype()) + " " +
               shape_string(k_cache.shape()));
   }

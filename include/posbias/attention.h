@@ -382,8 +382,9 @@ Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const
 /// cache_seqlens + n afterwards. Errors: std::invalid_argument with the values
 /// for an append past the cache's end (cache_seqlens[s] + n above
 /// max_blocks * block_size, or max_len), a block index outside
-/// [0, num_blocks), shapes or dtypes that do not match the cache. float64
-/// is not appended (float64 attention reads whole float64 caches).
+/// [0, num_blocks), shapes or dtypes that do not match the cache. float64 is
+/// appended (copied exactly) when k_new, v_new and both caches are all
+/// float64, and refused by name when mixed with any other dtype.
 void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlens,
                     const Tensor& block_table, const Tensor& k_new, const Tensor& v_new);
 

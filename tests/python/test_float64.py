@@ -224,6 +224,33 @@ def test_attention_kvcache_float64_matches_dense():
     torch.testing.assert_close(out, dense.transpose(1, 2), rtol=1e-12, atol=1e-12)
 
 
+def test_attention_kvcache_append_float64_is_exact():
+    """k= and v= in float64 are copied exactly into a float64 cache (slabs and
+    pages), and the attention over the appended keys matches dense float64."""
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 2, 2, 3, dtype=F64, generator=g)  # [b, i, h, d]
+    k_new = torch.randn(1, 2, 1, 3, dtype=F64, generator=g) / 3
+    v_new = torch.randn(1, 2, 1, 3, dtype=F64, generator=g) / 7
+    seqlens = torch.tensor([4], dtype=torch.int32)
+    slopes = torch.tensor([0.3, 0.6], dtype=F64)
+    kc = torch.randn(1, 6, 1, 3, dtype=F64, generator=g)
+    vc = torch.randn(1, 6, 1, 3, dtype=F64, generator=g)
+    kp, vp = kc.reshape(3, 2, 1, 3).flip(0).clone(), vc.reshape(3, 2, 1, 3).flip(0).clone()
+    table = torch.tensor([[2, 1, 0]], dtype=torch.int32)  # pages in reverse order
+    out = posbias.attention_with_kvcache(q, kc, vc, seqlens, k=k_new, v=v_new, causal=True,
+                                         alibi_slopes=slopes)
+    outp = posbias.attention_with_kvcache(q, kp, vp, seqlens, block_table=table, k=k_new,
+                                          v=v_new, causal=True, alibi_slopes=slopes)
+    assert torch.equal(kc[:, 4:6], k_new) and torch.equal(vc[:, 4:6], v_new)
+    assert torch.equal(kp[0], k_new[0]) and torch.equal(vp[0], v_new[0])
+    dense = posbias.attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                              slopes=slopes, causal=True)
+    torch.testing.assert_close(out, dense.transpose(1, 2), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(outp, out, rtol=1e-12, atol=1e-12)
+    with pytest.raises((TypeError, ValueError), match="all float64"):
+        posbias.attention_with_kvcache(q, kc.float(), vc.float(), seqlens, k=k_new, v=v_new)
+
+
 def test_attention_float64_mixed_dtypes_are_type_errors():
     q = torch.zeros(1, 2, 3, 4, dtype=F64)
     with pytest.raises(TypeError, match="one dtype, got Double, Float, Float"):

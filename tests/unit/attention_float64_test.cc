@@ -403,5 +403,53 @@ TEST(AttentionFloat64, RefusesMixedDtypesAndFloat64BiasInOtherCalls) {
       "lse must be float64");
 }
 
+// kvcache_append with all four tensors float64: exact copies (values that
+// float32 cannot hold) into slabs and pages, at each sequence's length; a
+// float64 tensor mixed with another dtype is refused by name.
+TEST(AttentionFloat64, KvcacheAppendCopiesExactly) {
+  const std::int64_t b = 2, n = 2, hk = 2, d = 3, max_len = 5, bs = 2, max_blocks = 3;
+  std::vector<double> knew(static_cast<std::size_t>(b * n * hk * d)), vnew = knew;
+  for (std::size_t x = 0; x < knew.size(); ++x) {
+    knew[x] = 1.0 / static_cast<double>(3 + x);
+    vnew[x] = -1.0 / static_cast<double>(7 + x);
+  }
+  const Tensor kn = f64_tensor({b, n, hk, d}, knew), vn = f64_tensor({b, n, hk, d}, vnew);
+  Tensor seqlens = Tensor::empty({b}, DType::kInt32);
+  seqlens.mutable_data<std::int32_t>()[0] = 1;
+  seqlens.mutable_data<std::int32_t>()[1] = 3;
+  Tensor bt = Tensor::empty({b, max_blocks}, DType::kInt32);
+  for (std::int64_t e = 0; e < b * max_blocks; ++e) {
+    bt.mutable_data<std::int32_t>()[e] = static_cast<std::int32_t>(b * max_blocks - 1 - e);
+  }
+  Tensor ks = f64_tensor({b, max_len, hk, d}, std::vector<double>(b * max_len * hk * d, 0.0));
+  Tensor vs = f64_tensor({b, max_len, hk, d}, std::vector<double>(b * max_len * hk * d, 0.0));
+  Tensor kp = f64_tensor({b * max_blocks, bs, hk, d}, std::vector<double>(b * max_blocks * bs * hk * d, 0.0));
+  Tensor vp = f64_tensor({b * max_blocks, bs, hk, d}, std::vector<double>(b * max_blocks * bs * hk * d, 0.0));
+  kvcache_append(ks, vs, seqlens, Tensor(), kn, vn);
+  kvcache_append(kp, vp, seqlens, bt, kn, vn);
+  for (std::int64_t s = 0; s < b; ++s) {
+    const std::int64_t len = seqlens.data<std::int32_t>()[s];
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t c = len + t;
+      const std::int64_t blk = bt.data<std::int32_t>()[s * max_blocks + c / bs];
+      for (std::int64_t x = 0; x < hk * d; ++x) {
+        const auto src = static_cast<std::size_t>((s * n + t) * hk * d + x);
+        const std::int64_t at_slab = (s * max_len + c) * hk * d + x;
+        const std::int64_t at_paged = (blk * bs + c % bs) * hk * d + x;
+        EXPECT_EQ(ks.data<double>()[at_slab], knew[src]);
+        EXPECT_EQ(vs.data<double>()[at_slab], vnew[src]);
+        EXPECT_EQ(kp.data<double>()[at_paged], knew[src]);
+        EXPECT_EQ(vp.data<double>()[at_paged], vnew[src]);
+      }
+    }
+  }
+  Tensor k32 = Tensor::full({b, max_len, hk, d}, 0.0f), v32 = k32;
+  expect_invalid([&] { kvcache_append(k32, v32, seqlens, Tensor(), kn, vn); },
+                 "all float64, got float64, float64, float32, float32");
+  const Tensor kn32 = Tensor::full({b, n, hk, d}, 0.5f);
+  expect_invalid([&] { kvcache_append(ks, vs, seqlens, Tensor(), kn32, vn); },
+                 "all float64, got float32, float64, float64, float64");
+}
+
 }  // namespace
 }  // namespace posbias
