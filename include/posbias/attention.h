@@ -174,8 +174,8 @@ struct AttentionOptions {
 /// O(b h i d) for the output, O(h j) for a distance table, and per thread
 /// the float32 packing of one kv head's K^T and V (skipped above 32 MiB)
 /// plus small block buffers: never O(i j). Each thread keeps its block
-/// buffers (at most 4 MB) from call to call, so repeated calls allocate
-/// nothing but their output.
+/// buffers (at most 4 MB) from call to call: a repeated call does not
+/// allocate them again.
 ///
 /// Errors: std::invalid_argument with the shapes in the message for
 /// mismatched ranks, batch, head or length extents or d, h % hk != 0,
