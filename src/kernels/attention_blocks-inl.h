@@ -218,12 +218,14 @@ struct AlibiFold {
 // S[r][x..x + V N) for rows [0, R) of q (row stride ldq) against kt (rows of
 // ld floats, one per element of d); with kAlibi, plus the ALiBi bias of
 // `fold`.
-template <int R, int V, bool kAlibi>
-HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
-                       const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
-                       float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold) {
+// acc[r][u] = sum over d of q[r][kk] kt[kk][x + u N ...]: the score tile's
+// broadcast-FMA loop (rows [0, R) of q with row stride ldq, kt rows of ld
+// floats, one per element of d).
+template <int R, int V>
+HWY_INLINE void QKAccumulate(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
+                             const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
+                             VF (&acc)[R][V]) {
   const std::int64_t n = AttnLanes(df);
-  VF acc[R][V];
   for (int r = 0; r < R; ++r) {
     for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
   }
@@ -236,19 +238,36 @@ HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std
       for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
     }
   }
-  if constexpr (kAlibi) {
-    const VF neg_slope = hn::Set(df, fold.neg_slope);
-    VF col[V];
+}
+
+// Adds the ALiBi bias of `fold` to the tile acc over columns x + u N ...
+template <int R, int V>
+HWY_INLINE void AddAlibiFold(DF df, std::int64_t x, const AlibiFold& fold, VF (&acc)[R][V]) {
+  const std::int64_t n = AttnLanes(df);
+  const VF neg_slope = hn::Set(df, fold.neg_slope);
+  VF col[V];
+  for (int u = 0; u < V; ++u) {
+    col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(x + u * n)));
+  }
+  for (int r = 0; r < R; ++r) {
+    const VF off = hn::Set(df, fold.row_off[r]);
     for (int u = 0; u < V; ++u) {
-      col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(x + u * n)));
-    }
-    for (int r = 0; r < R; ++r) {
-      const VF off = hn::Set(df, fold.row_off[r]);
-      for (int u = 0; u < V; ++u) {
-        acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
-      }
+      acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
     }
   }
+}
+
+// S[r][x..x + V N) for rows [0, R) of q (row stride ldq) against kt (rows of
+// ld floats, one per element of d); with kAlibi, plus the ALiBi bias of
+// `fold`.
+template <int R, int V, bool kAlibi>
+HWY_INLINE void QKTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
+                       const float* HWY_RESTRICT kt, std::int64_t ld, std::int64_t x,
+                       float* HWY_RESTRICT s, std::int64_t lds, const AlibiFold& fold) {
+  const std::int64_t n = AttnLanes(df);
+  VF acc[R][V];
+  QKAccumulate<R, V>(df, q, ldq, d, kt, ld, x, acc);
+  if constexpr (kAlibi) AddAlibiFold<R, V>(df, x, fold, acc);
   for (int r = 0; r < R; ++r) {
     for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, s + r * lds + x + u * n);
   }
@@ -600,18 +619,7 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
                               float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R][V];
-  for (int r = 0; r < R; ++r) {
-    for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
-  }
-  for (std::int64_t kk = 0; kk < d; ++kk) {
-    const float* krow = kt + kk * ld;
-    VF kv[V];
-    for (int u = 0; u < V; ++u) kv[u] = hn::LoadU(df, krow + u * n);
-    for (int r = 0; r < R; ++r) {
-      const VF qv = hn::Set(df, q[r * ldq + kk]);
-      for (int u = 0; u < V; ++u) acc[r][u] = hn::MulAdd(qv, kv[u], acc[r][u]);
-    }
-  }
+  QKAccumulate<R, V>(df, q, ldq, d, kt, ld, 0, acc);
   if constexpr (kCap) {  // cap tanh(s / cap), before the bias (as BiasMaskMaxRow<true>)
     const VF cap = hn::Set(df, softcap);
     const VF inv_cap = hn::Set(df, 1.0f / softcap);
@@ -623,19 +631,7 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
   } else {
     (void)softcap;
   }
-  if constexpr (kAlibi) {
-    const VF neg_slope = hn::Set(df, fold.neg_slope);
-    VF col[V];
-    for (int u = 0; u < V; ++u) {
-      col[u] = hn::Add(hn::Iota(df, 0.0f), hn::Set(df, static_cast<float>(u * n)));
-    }
-    for (int r = 0; r < R; ++r) {
-      const VF off = hn::Set(df, fold.row_off[r]);
-      for (int u = 0; u < V; ++u) {
-        acc[r][u] = hn::MulAdd(neg_slope, hn::Abs(hn::Sub(col[u], off)), acc[r][u]);
-      }
-    }
-  }
+  if constexpr (kAlibi) AddAlibiFold<R, V>(df, 0, fold, acc);
   float row_max[R];
   for (int r = 0; r < R; ++r) {
     VF mx = acc[r][0];

@@ -281,8 +281,8 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
   }
 }
 
-// O = alpha O + P V for every row of the task over the block's first
-// max_lim keys, each row over its own visible keys [first, lim) only (a
+// O = alpha O + P V for every row of the task over the block's keys,
+// each row over its own visible keys [first, lim) only (a
 // NaN in a value it cannot see never reaches it; neither are the keys the
 // key mask hides read). A tile walks all its keys with its accumulators in
 // registers: two rows together over the keys both see, then each row's
@@ -292,8 +292,7 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 // the block's value rows from memory, the others from L2.
 template <typename TV>
 void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-               std::int64_t max_lim, std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
-  (void)max_lim;
+               std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
   float* o = w.o.get();
   const float* s = w.s.get();
   const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
@@ -386,10 +385,10 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
   }
   SoftmaxBlock(df, p, t, c0, cols, w);
   if (t.v_direct) {
-    DecValues(df, p, t, dp, max_lim, cols, DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w),
+    DecValues(df, p, t, dp, cols, DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w),
               w);
   } else {
-    DecValues(df, p, t, dp, max_lim, cols,
+    DecValues(df, p, t, dp, cols,
               DecBlockRows<T, float>(p, t, c0, max_lim, true, v_at, w.v.get(), w), w);
   }
 }
