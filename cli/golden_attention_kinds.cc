@@ -110,7 +110,7 @@ AttentionBias get_attention_bias(const json& c) {
 AttentionOptions get_options(const json& c, bool extended) {
   AttentionOptions options;
   options.causal = get_bool(c, "causal");
-  if (!field(c, "scale").is_null()) options.scale = static_cast<float>(get_number(c, "scale"));
+  if (!field(c, "scale").is_null()) options.scale = get_number(c, "scale");
   if (!extended) return options;
   const std::vector<std::int64_t> window = get_ints(c, "window");
   if (window.size() != 2) {
@@ -119,7 +119,7 @@ AttentionOptions get_options(const json& c, bool extended) {
   }
   options.window.left = window[0];
   options.window.right = window[1];
-  options.softcap = static_cast<float>(get_number(c, "softcap"));
+  options.softcap = get_number(c, "softcap");
   return options;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
@@ -73,6 +74,16 @@ bool is_float_dtype(DType t) {
 
 std::string num(std::int64_t x) { return std::to_string(x); }
 
+// A double as its shortest round-trip form ("1e-50", "0.125", "inf", "nan").
+std::string num_double(double x) {
+  char buf[32];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x || !std::isfinite(x)) break;
+  }
+  return buf;
+}
+
 }  // namespace
 
 void check_attention_dtypes(AttentionCall& call) {
@@ -97,9 +108,15 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
     call.fail("the query heads h = " + num(p.h) +
               " must be a multiple of the key/value heads hk = " + num(p.hk));
   }
-  const float scale = options.scale ? *options.scale : 1.0f / std::sqrt(static_cast<float>(p.d));
-  if (!std::isfinite(scale)) call.fail("scale must be finite, got " + std::to_string(scale));
-  p.scale = scale;
+  const bool f64 = p.dtype == DType::kFloat64;
+  const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.d));
+  if (!std::isfinite(scale)) call.fail("scale must be finite, got " + num_double(scale));
+  // float32 and 16-bit calls use the float32 roundings of scale and softcap.
+  p.scale = options.scale ? static_cast<float>(scale) : 1.0f / std::sqrt(static_cast<float>(p.d));
+  if (!f64 && !std::isfinite(p.scale)) {
+    call.fail("scale must be finite as a float32 (a " + dtype_name(p.dtype) + " call), got " +
+              num_double(scale));
+  }
   p.causal = options.causal;
   if (options.window.left < -1 || options.window.right < -1) {
     call.fail("window entries must be >= -1 (-1: unbounded), got {" + num(options.window.left) +
@@ -107,13 +124,16 @@ void check_attention_options(AttentionCall& call, const AttentionOptions& option
   }
   p.window_left = options.window.left;
   p.window_right = options.window.right;
-  if (!std::isfinite(options.softcap) || options.softcap < 0.0f) {
-    call.fail("softcap must be finite and >= 0 (0: off), got " + std::to_string(options.softcap));
+  if (!std::isfinite(options.softcap) || options.softcap < 0.0) {
+    call.fail("softcap must be finite and >= 0 (0: off), got " + num_double(options.softcap));
   }
-  p.softcap = options.softcap;
-  if (p.dtype == DType::kFloat64) {
-    call.dbl.scale = options.scale ? static_cast<double>(*options.scale)
-                                   : 1.0 / std::sqrt(static_cast<double>(p.d));
+  p.softcap = static_cast<float>(options.softcap);
+  if (!f64 && options.softcap > 0.0 && !(p.softcap > 0.0f && std::isfinite(p.softcap))) {
+    call.fail("softcap must be a finite float32 > 0 (a " + dtype_name(p.dtype) + " call), got " +
+              num_double(options.softcap));
+  }
+  if (f64) {
+    call.dbl.scale = scale;
     call.dbl.softcap = options.softcap;
   }
   const Tensor& mask = options.key_mask;

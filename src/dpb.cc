@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "checks.h"
+#include "dpb_params.h"
 #include "kernels/dpb_mlp.h"
 #include "kernels/toeplitz.h"
 #include "posbias/distance_table.h"
@@ -34,14 +35,8 @@
 namespace posbias {
 namespace {
 
-enum class ParamKind : std::uint8_t { kLinearWeight, kLinearBias, kNormWeight, kNormBias };
-
-struct ParamSpec {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  ParamKind kind;
-  std::int64_t fan_in;  // Linear only
-};
+using ParamKind = detail::DpbParamKind;
+using ParamSpec = detail::DpbParamSpec;
 
 const char* variant_name(DpbVariant v) {
   return v == DpbVariant::kZeta ? "zeta" : "x-transformers";
@@ -63,7 +58,8 @@ void check_options(const DpbOptions& o) {
         << " (use DpbVariant::kXTransformers)";
     throw std::invalid_argument(msg.str());
   }
-  if (o.norm && !(std::isfinite(o.layernorm_eps) && o.layernorm_eps >= 0.0f)) {
+  // The float32 kernels use eps's float rounding: it must stay finite.
+  if (o.norm && !(std::isfinite(static_cast<float>(o.layernorm_eps)) && o.layernorm_eps >= 0.0)) {
     std::ostringstream msg;
     msg << "DynamicPositionBias: layernorm_eps must be finite and >= 0, got " << o.layernorm_eps;
     throw std::invalid_argument(msg.str());
@@ -219,6 +215,14 @@ float mlp_input(const DpbOptions& o, std::int64_t s) {
 
 }  // namespace
 
+namespace detail {
+
+void dpb_check_options(const DpbOptions& o) { check_options(o); }
+
+std::vector<DpbParamSpec> dpb_param_specs(const DpbOptions& o) { return param_specs(o); }
+
+}  // namespace detail
+
 // ------------------------------------------------------------ construction
 
 namespace {
@@ -317,7 +321,7 @@ detail::DpbMlp mlp_view(const DpbOptions& o, const std::vector<Tensor>& params) 
   m.heads = o.heads;
   m.depth = o.depth;
   m.norm = o.norm;
-  m.eps = o.layernorm_eps;
+  m.eps = static_cast<float>(o.layernorm_eps);
   for (std::size_t k = 0; k < specs.size(); ++k) {
     const Tensor& t = params[k];
     if (t.shape() != specs[k].shape || t.dtype() != DType::kFloat32 || !t.is_contiguous()) {

@@ -284,4 +284,81 @@ void RelativePositionBias::load_state_dict(const TensorMap& state) {
   embedding_ = std::move(copy);
 }
 
+// ------------------------------------------------------- float64 reference
+
+namespace {
+
+// Checks scale and j, and that float64 [heads, 2j - 1] fits; returns 2j - 1.
+std::int64_t checked_f64_length(const char* who, double scale, std::int64_t heads, std::int64_t j) {
+  if (!std::isfinite(scale)) {
+    std::ostringstream msg;
+    msg << who << ": scale must be finite, got " << scale;
+    throw std::invalid_argument(msg.str());
+  }
+  if (j < 1) {
+    throw std::invalid_argument(std::string(who) + ": j must be >= 1, got " + std::to_string(j));
+  }
+  detail::checked_numel({heads, j, 2}, DType::kFloat64);  // 2j - 1 cannot overflow after this
+  return 2 * j - 1;
+}
+
+}  // namespace
+
+Tensor t5_distance_table_f64(const Tensor& embedding, double scale, bool causal,
+                             std::int64_t num_buckets, std::int64_t max_distance, std::int64_t j) {
+  constexpr const char* kWho = "t5_distance_table_f64";
+  const BucketRule rule = make_bucket_rule(kWho, causal, num_buckets, max_distance);
+  if (embedding.dtype() != DType::kFloat64 || embedding.dim() != 2 ||
+      embedding.size(0) != num_buckets || embedding.size(1) < 1) {
+    throw std::invalid_argument(std::string(kWho) + ": embedding must be float64 [num_buckets = " +
+                                std::to_string(num_buckets) + ", heads >= 1], got " +
+                                dtype_name(embedding.dtype()) + " " +
+                                detail::shape_string(embedding.shape()));
+  }
+  const std::int64_t heads = embedding.size(1);
+  const std::int64_t len = checked_f64_length(kWho, scale, heads, j);
+  const Tensor e = embedding.is_contiguous() ? embedding : embedding.contiguous_copy();
+  const double* w = e.data<double>();
+  for (std::int64_t k = 0; k < e.numel(); ++k) {
+    if (!std::isfinite(w[k])) {
+      throw std::invalid_argument(std::string(kWho) + ": embedding has a non-finite value at [" +
+                                  std::to_string(k / heads) + ", " + std::to_string(k % heads) +
+                                  "]");
+    }
+  }
+  Tensor out = Tensor::empty({heads, len}, DType::kFloat64);
+  double* o = out.mutable_data<double>();
+  for (std::int64_t k = 0; k < len; ++k) {
+    const std::int64_t b = bucket_of(rule, (j - 1) - k);  // rel = c - q_r = (j - 1) - k
+    for (std::int64_t h = 0; h < heads; ++h) o[h * len + k] = w[b * heads + h] * scale;
+  }
+  return out;
+}
+
+Tensor t5_backward_distance_table_f64(const Tensor& grad, double scale, bool causal,
+                                      std::int64_t num_buckets, std::int64_t max_distance,
+                                      std::int64_t j) {
+  constexpr const char* kWho = "t5_backward_distance_table_f64";
+  const BucketRule rule = make_bucket_rule(kWho, causal, num_buckets, max_distance);
+  const std::int64_t heads = grad.dim() == 2 ? grad.size(0) : 0;
+  const std::int64_t len = checked_f64_length(kWho, scale, heads, j);
+  if (grad.dtype() != DType::kFloat64 || grad.dim() != 2 || heads < 1 || grad.size(1) != len) {
+    throw std::invalid_argument(
+        std::string(kWho) + ": grad must be float64 [heads, 2j - 1 = " + std::to_string(len) +
+        "] for j = " + std::to_string(j) + ", got " + dtype_name(grad.dtype()) + " " +
+        detail::shape_string(grad.shape()));
+  }
+  const Tensor g = grad.is_contiguous() ? grad : grad.contiguous_copy();
+  const double* gp = g.data<double>();
+  Tensor out = Tensor::empty({num_buckets, heads}, DType::kFloat64);
+  double* o = out.mutable_data<double>();
+  std::fill(o, o + out.numel(), 0.0);
+  for (std::int64_t k = 0; k < len; ++k) {
+    const std::int64_t b = bucket_of(rule, (j - 1) - k);
+    for (std::int64_t h = 0; h < heads; ++h) o[b * heads + h] += gp[h * len + k];
+  }
+  for (std::int64_t e = 0; e < out.numel(); ++e) o[e] *= scale;
+  return out;
+}
+
 }  // namespace posbias

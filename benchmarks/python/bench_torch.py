@@ -41,7 +41,6 @@ import argparse
 import glob
 import json
 import math
-import mmap
 import os
 import statistics
 import subprocess
@@ -285,28 +284,16 @@ def bench_attention(n, a):
     return rows
 
 
-_KEEP = []  # the mappings behind huge_page_copy's tensors
-
-
 def huge_page_copy(t):
-    """A copy of t in memory advised as transparent huge pages (2 MiB aligned,
-    madvise(MADV_HUGEPAGE)), as the C++ tool's inputs are (posbias::Tensor
+    """A copy of t in posbias.empty's memory: 2 MiB aligned and advised as
+    transparent huge pages, as the C++ tool's inputs are (posbias::Tensor
     allocates so). torch 1.13's CPU allocator never advises: with the kernel's
     THP mode 'madvise' its tensors sit in 4 KiB pages, and a decode streaming a
     1 GiB cache through them ran 15-20% slower here (TLB misses) than through
     the same values in huge pages: a property of the inputs' memory, not of
-    the front end (torch >= 2.2: THP_MEM_ALLOC_ENABLE=1 does this for torch's
-    own allocations)."""
-    huge = 2 << 20
-    nbytes = t.numel() * t.element_size()
-    m = mmap.mmap(-1, nbytes + huge)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        m.madvise(mmap.MADV_HUGEPAGE)
-    raw = torch.frombuffer(m, dtype=torch.uint8)
-    off = (-raw.data_ptr()) % huge
-    out = raw[off:off + nbytes].view(t.dtype).view(t.shape)
+    the front end. A serving engine allocates its cache with posbias.empty."""
+    out = posbias.empty(*t.shape, dtype=t.dtype)
     out.copy_(t)
-    _KEEP.append(m)
     return out
 
 

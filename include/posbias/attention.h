@@ -94,8 +94,10 @@ struct AttentionWindow {
 /// reference). All compose with each other, with every bias kind, with
 /// grouped-query heads and with every dtype.
 struct AttentionOptions {
-  /// Multiplies q k^T; must be finite. Default 1 / sqrt(d).
-  std::optional<float> scale;
+  /// Multiplies q k^T; must be finite (and finite as a float32 for the
+  /// float32 and 16-bit calls, which use its float32 rounding). Default
+  /// 1 / sqrt(d). A double so that float64 calls take it as given.
+  std::optional<double> scale;
   /// Mask key c for row r when c > q_r (the row's position).
   bool causal = false;
   /// Position of query row 0 minus that of key 0 (signed): row r sits at
@@ -108,8 +110,9 @@ struct AttentionOptions {
   AttentionWindow window;
   /// Logit soft-capping (Gemma 2, Grok): the score becomes
   /// softcap * tanh(scale q.k / softcap), then the bias is added. 0: off;
-  /// otherwise finite and > 0.
-  float softcap = 0.0f;
+  /// otherwise finite and > 0 (float32 and 16-bit calls use its float32
+  /// rounding, which must stay finite and > 0). A double, as scale.
+  double softcap = 0.0;
   /// Key padding mask [b, j] of kBool or kUInt8 (any strides), 1 = attend,
   /// 0 = masked (Hugging Face's attention_mask). Empty (numel 0 and dim != 2):
   /// none. A masked key is never read. Dense calls only.
@@ -121,8 +124,8 @@ struct AttentionOptions {
 /// float64 (every attention call: forward, forward_lse, varlen, KV cache,
 /// the backwards and the references): q, k and v all float64 take the
 /// reference path, exact in double (scores, softmax, sums, the bias and every
-/// gradient in double; the default scale is 1 / sqrt(d) in double; softcap
-/// and an explicit scale are the float options widened). Not fast: one row
+/// gradient in double; the default scale is 1 / sqrt(d) in double; an
+/// explicit scale and softcap are taken as given, in double). Not fast: one row
 /// at a time, no blocking and no SIMD, for gradcheck and reference work. The
 /// output, the lse (float64 [b, h, i] or [h, total_q]) and every gradient are
 /// float64 (grad_slopes_f64 in double, grad_slopes its float32 rounding);

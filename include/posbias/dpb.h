@@ -77,7 +77,7 @@ struct DpbOptions {
   std::int64_t depth = 2;     // hidden blocks (x-transformers; zeta is 2), >= 1
   bool log_distance = false;  // x-transformers only
   bool norm = false;          // LayerNorm in each block (x-transformers only)
-  float layernorm_eps = 1e-5f;
+  double layernorm_eps = 1e-5;  // with norm: finite (as a float32 too) and >= 0
 };
 
 /// The Dynamic Position Bias module: an MLP over relative distances (see the file comment).
@@ -213,6 +213,30 @@ class DynamicPositionBias {
   std::vector<std::string> names_;  // state-dict order (module order)
   std::vector<Tensor> params_;      // same order as names_, float32 contiguous
 };
+
+/// float64 reference of DynamicPositionBias::distance_table for a float64
+/// model (PyTorch's `.double()` module): the MLP of `options` evaluated in
+/// double, one distance at a time, on `params` (the state-dict names and
+/// shapes of parameter_names(); float64, any strides). Returns [heads, 2j-1]
+/// float64, entry (q_r - c) + (j - 1), as distance_table(j): zeta's MLP on
+/// |q_r - c|, x-transformers' on q_r - c (sign(x) ln(|x| + 1) in double with
+/// log_distance), LayerNorm statistics in double with options.layernorm_eps
+/// as given. Plain loops, threaded over distances (results do not depend on
+/// the thread count); for gradcheck and float64 models, not for speed.
+/// Errors (std::invalid_argument): the options as the constructor checks
+/// them; j < 1; a missing, unexpected, wrongly shaped, non-float64 or
+/// non-finite parameter (named, as load_state_dict names it).
+/// std::length_error when the table does not fit in memory.
+Tensor dpb_distance_table_f64(const DpbOptions& options, const TensorMap& params, std::int64_t j);
+
+/// Parameter gradients of sum(dpb_distance_table_f64(options, params, j) *
+/// grad) in double, keyed by state-dict name, float64, shaped like the
+/// parameters. grad: [heads, 2j-1], float64, any strides (another shape or
+/// dtype: std::invalid_argument naming the expected one). zeta's entries at
+/// +d and -d both count towards distance d. Serial and in a fixed order
+/// (deterministic); the arguments are checked as in dpb_distance_table_f64.
+TensorMap dpb_backward_distance_table_f64(const DpbOptions& options, const TensorMap& params,
+                                          std::int64_t j, const Tensor& grad);
 
 }  // namespace posbias
 

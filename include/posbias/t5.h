@@ -120,6 +120,26 @@ class RelativePositionBias {
   Tensor embedding_;
 };
 
+/// float64 reference of RelativePositionBias::distance_table for a float64
+/// model: [heads, 2j-1] float64, entry k = embedding[bucket((j - 1) - k)][h]
+/// * scale, the product in double (scale as given, not rounded to float).
+/// embedding: float64 [num_buckets, heads], any strides, finite. Errors
+/// (std::invalid_argument, with the values): the bucket arguments as
+/// t5_relative_position_bucket checks them, a non-finite scale, j < 1, an
+/// embedding of another dtype or shape or with a non-finite value;
+/// std::length_error when the table does not fit in memory.
+Tensor t5_distance_table_f64(const Tensor& embedding, double scale, bool causal,
+                             std::int64_t num_buckets, std::int64_t max_distance, std::int64_t j);
+
+/// The embedding gradient of sum(t5_distance_table_f64(...) * grad) in double:
+/// [num_buckets, heads] float64, g[b][h] = scale * (sum of grad[h][k] over the
+/// entries k in bucket b, in entry order). grad: float64 [heads, 2j-1], any
+/// strides; heads is read from it. Errors as t5_distance_table_f64, and a
+/// grad of another dtype or a rank other than 2 or length other than 2j-1.
+Tensor t5_backward_distance_table_f64(const Tensor& grad, double scale, bool causal,
+                                      std::int64_t num_buckets, std::int64_t max_distance,
+                                      std::int64_t j);
+
 }  // namespace posbias
 
 #endif  // POSBIAS_T5_H_

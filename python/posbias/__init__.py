@@ -21,7 +21,7 @@ library_path = _load()
 from .alibi import (AlibiBias, AlibiPositionalBias, alibi_distance_table,  # noqa: E402
                     alibi_slopes, alibi_slopes_range)
 from .attention import attention, attention_lse  # noqa: E402
-from .batches import attention_varlen, attention_with_kvcache  # noqa: E402
+from .batches import attention_varlen, attention_with_kvcache, empty  # noqa: E402
 from .dpb import DynamicPositionBias, expand_distance_table  # noqa: E402
 from .t5 import RelativePositionBias  # noqa: E402
 from . import parallel, safetensors  # noqa: E402
@@ -31,7 +31,8 @@ __version__: str = torch.ops.posbias.version()
 __all__ = [
     "AlibiBias", "AlibiPositionalBias", "DynamicPositionBias", "RelativePositionBias",
     "alibi_distance_table", "alibi_slopes", "alibi_slopes_range", "attention",
-    "attention_lse", "attention_varlen", "attention_with_kvcache", "expand_distance_table",
+    "attention_lse", "attention_varlen", "attention_with_kvcache", "empty",
+    "expand_distance_table",
     "parallel", "safetensors", "library_path",
     "__version__",
 ]

@@ -6,7 +6,7 @@ names and layouts: the dense call's q_offset / window / softcap / key_mask
 and values are checked there (ValueError / TypeError with its message).
 Autograd is the ops' own (torch::autograd::Functions in the op library,
 torch/src/batch_ops.cc), so C++ callers of the ops get the same gradients."""
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -124,3 +124,24 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     with torch.no_grad():
         return _ops.attention_kvcache(q, k_cache, v_cache, seqlens, block_table, alibi_slopes,
                                       distance_table, scale, causal, left, right, softcap)
+
+
+def empty(*size: Union[int, Sequence[int]], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised CPU tensor (like torch.empty(*size, dtype=dtype)) on
+    the core's storage: 64-byte aligned, and from 4 MiB up mapped from the
+    kernel, 2 MiB aligned and advised as transparent huge pages. Allocate
+    long-lived KV caches with it: torch 1.13's allocator never advises huge
+    pages, and a decode over a 1 GiB cache in 4 KiB pages spends 15-20% more
+    time in TLB misses (docs/python.md). size: ints or one sequence of ints;
+    dtype float32, bfloat16, float16 or float64 (TypeError otherwise; a
+    negative extent or a size that cannot fit is a ValueError from the core).
+
+        k_cache = posbias.empty(num_blocks, block_size, hk, d, dtype=torch.bfloat16)
+    """
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dims = [_checks.check_int(f"empty: size[{n}]", s) for n, s in enumerate(size)]
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"posbias: empty: dtype must be a torch.dtype, got "
+                        f"{type(dtype).__name__} {dtype!r}")
+    return torch.ops.posbias.empty(dims, dtype)

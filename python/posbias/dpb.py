@@ -50,9 +50,10 @@ class DynamicPositionBias(nn.Module):
     reduction). i and j are lengths, not positions: the seed's module(0, 5) is
     an empty [heads, 0, 5]. Trainable through autograd. The core computes in
     float32; the output has the parameters' dtype (float32, bfloat16 or
-    float16). A float64 module (.double()) takes the reference path: the same
-    MLP and expansion in float64 with ATen ops (autograd's gradients), so
-    torch.autograd.gradcheck runs on it (docs/python.md).
+    float16). A float64 module (.double()) takes the core's reference path: the
+    same MLP in double (dpb_distance_table_f64 and its backward) and the
+    expansion in double, so torch.autograd.gradcheck runs on it
+    (docs/python.md).
 
     distance_table(j) returns the [heads, 2j - 1] table that
     posbias.attention(..., bias="table") reads directly (no [heads, i, j]

@@ -19,8 +19,9 @@ class RelativePositionBias(nn.Module):
     distance_table over the embedding (the op t5_distance_table; its backward
     the core's scatter-add of the gradient into the buckets). Both
     differentiable w.r.t. the embedding; float32, bfloat16 or float16, and
-    float64 on the reference path (the core's buckets, the gather and the
-    scale in double with ATen ops)."""
+    float64 on the core's reference path (t5_distance_table_f64: the buckets,
+    the gather and the scale in double; its backward the scatter-add in
+    double), so gradcheck runs on it."""
 
     def __init__(self, scale: float, causal: bool = False, num_buckets: int = 32,
                  max_distance: int = 128, heads: int = 8) -> None:

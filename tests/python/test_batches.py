@@ -251,6 +251,46 @@ def test_kvcache_bfloat16_cache_with_float32_queries():
     close(out[0], ref.transpose(0, 1))
 
 
+def test_empty_gives_huge_page_aligned_caches_that_attention_reads():
+    """posbias.empty: the core's storage, 2 MiB aligned from 4 MiB up, usable
+    as a KV cache like any torch tensor; it lives as long as the tensor."""
+    k_cache = posbias.empty(512, 16, 4, 128, dtype=torch.bfloat16)  # 8 MiB
+    v_cache = posbias.empty((512, 16, 4, 128), dtype=torch.bfloat16)
+    assert k_cache.shape == (512, 16, 4, 128) and k_cache.dtype == torch.bfloat16
+    assert k_cache.data_ptr() % (2 << 20) == 0 and v_cache.data_ptr() % (2 << 20) == 0
+    small = posbias.empty(3, 5)
+    assert small.dtype == torch.float32 and small.data_ptr() % 64 == 0
+    assert posbias.empty(0, 4).shape == (0, 4)
+    assert posbias.empty(2, dtype=torch.float64).dtype == torch.float64
+    torch.manual_seed(2)
+    k_ref = torch.randn(512, 16, 4, 128).bfloat16()
+    v_ref = torch.randn(512, 16, 4, 128).bfloat16()
+    k_cache.copy_(k_ref)
+    v_cache.copy_(v_ref)
+    table = torch.arange(512, dtype=torch.int32).reshape(2, 256)
+    seqlens = torch.tensor([3000, 4095], dtype=torch.int32)
+    q = torch.randn(2, 1, 8, 128)
+    out = posbias.attention_with_kvcache(q, k_cache, v_cache, seqlens, table, causal=True)
+    want = posbias.attention_with_kvcache(q, k_ref, v_ref, seqlens, table, causal=True)
+    assert torch.equal(out, want)
+    view = k_cache[1:3]
+    del k_cache
+    assert torch.equal(view, k_ref[1:3])  # the storage outlives the first handle
+
+
+def test_empty_errors():
+    with pytest.raises(TypeError, match="dtype must be float32, bfloat16, float16 or float64"):
+        posbias.empty(2, 3, dtype=torch.int32)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+        posbias.empty(2, 3, dtype="float32")
+    with pytest.raises(TypeError, match=r"size\[1\] must be an int, got float 2.5"):
+        posbias.empty(2, 2.5)
+    with pytest.raises(ValueError, match="-4"):
+        posbias.empty(2, -4)
+    with pytest.raises(ValueError, match="memory|too large|overflow"):
+        posbias.empty(1 << 40, 1 << 30)
+
+
 # ---------------------------------------------------------------- errors
 
 

@@ -81,6 +81,28 @@ def test_x_transformers_dpb_float64_gradcheck(depth, norm, log_distance):
                                atol=1e-5)
 
 
+def test_x_transformers_dpb_float64_values_are_the_double_mlp():
+    """The core's float64 reference (log distances in double, LayerNorm with
+    eps as given) equals the MLP written with torch ops in float64."""
+    torch.manual_seed(7)
+    m = posbias.DynamicPositionBias(5, heads=3, depth=2, log_distance=True, norm=True).double()
+    with torch.no_grad():
+        for blk in m.mlp[:-1]:
+            blk[1].weight.uniform_(0.5, 1.5)
+            blk[1].bias.uniform_(-0.5, 0.5)
+    layers = []
+    for blk in m.mlp[:-1]:
+        layers += [{"type": "linear", "weight": blk[0].weight.detach(),
+                    "bias": blk[0].bias.detach()},
+                   {"type": "layernorm", "weight": blk[1].weight.detach(),
+                    "bias": blk[1].bias.detach(), "eps": 1e-5},
+                   {"type": "silu"}]
+    layers.append({"type": "linear", "weight": m.mlp[-1].weight.detach(),
+                   "bias": m.mlp[-1].bias.detach()})
+    torch.testing.assert_close(m(4, 9).detach(), R.xt_dpb_bias(layers, True, 4, 9),
+                               rtol=1e-12, atol=1e-13)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_t5_float64(causal):
     torch.manual_seed(3)
@@ -259,3 +281,16 @@ def test_attention_float64_mixed_dtypes_are_type_errors():
         posbias.attention(q.float(), q, q)
     with pytest.raises(ValueError, match="float64, float32, float32"):
         posbias.attention(q, q.float(), q.float(), window=(1, 1))
+
+
+def test_float64_explicit_scale_and_softcap_are_taken_in_double():
+    """scale = 0.1 and softcap = 0.3 are not float32 values: a float64 call
+    uses them as given (AttentionOptions holds doubles)."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=F64) for _ in range(3))
+    out = posbias.attention(q, k, v, scale=0.1)
+    torch.testing.assert_close(out, R.attention(q, k, v, scale=0.1), rtol=1e-13, atol=1e-14)
+    capped = posbias.attention(q, k, v, scale=0.1, softcap=0.3)
+    s = 0.3 * torch.tanh(0.1 * q @ k.transpose(-1, -2) / 0.3)
+    want = torch.softmax(s, dim=-1) @ v
+    torch.testing.assert_close(capped, want, rtol=1e-13, atol=1e-14)

@@ -34,12 +34,12 @@ struct Problem {
   std::int64_t q_offset = 0;  // dense only
   bool causal = false;
   std::int64_t left = -1, right = -1;
-  float softcap = 0.0f;
+  double softcap = 0.0;   // doubles, as AttentionOptions: float64 calls take them as given
   bool key_mask = false;  // dense only
   AttentionBiasKind kind = AttentionBiasKind::kNone;
   bool per_seq_slopes = false;
   std::int64_t centre = 0;  // kDistanceTable: table [h, 2 centre + 1]
-  float scale = 0.3f;
+  double scale = 0.3;
 
   std::int64_t b() const { return static_cast<std::int64_t>(iq.size()); }
   std::int64_t cu_q(std::int64_t s) const { return varlen ? sum(iq, s) : s * iq[0]; }

@@ -119,11 +119,11 @@ KernelGrads run_kernel(const Problem& pb, const Data& in, const Naive& fw, DType
   p.h = h;
   p.hk = hk;
   p.d = d;
-  p.scale = pb.scale;
+  p.scale = static_cast<float>(pb.scale);
   p.causal = pb.causal;
   p.window_left = pb.left;
   p.window_right = pb.right;
-  p.softcap = pb.softcap;
+  p.softcap = static_cast<float>(pb.softcap);
   if (pb.key_mask) {
     p.key_mask = in.mask.data();
     p.key_mask_stride[0] = pb.jk[0];

@@ -90,6 +90,19 @@ TEST(Attention, BadInputThrowsWithTheShapes) {
   AttentionOptions inf_scale;
   inf_scale.scale = kInf;
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), inf_scale), "q [1, 4, 3, 8]");
+  // Options are doubles; float32 calls use their float32 roundings, which
+  // must stay finite (and softcap > 0).
+  AttentionOptions big_scale;
+  big_scale.scale = 1e300;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), big_scale),
+                       "scale must be finite as a float32 (a float32 call), got 1e+300");
+  AttentionOptions tiny_cap;
+  tiny_cap.softcap = 1e-50;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), tiny_cap),
+                       "softcap must be a finite float32 > 0 (a float32 call), got 1e-50");
+  tiny_cap.softcap = -0.5;
+  expect_throw_with<E>(fwd(q, k, k, AttentionBias::none(), tiny_cap),
+                       "softcap must be finite and >= 0 (0: off), got -0.5");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, 3})), "got 3 slopes for h = 4");
   expect_throw_with<E>(fwd(q, k, k, AttentionBias::alibi({1, 2, NAN, 3})),
                        "ALiBi slope 2 is not finite (nan) (q [1, 4, 3, 8], k [1, 2, 5, 8]");

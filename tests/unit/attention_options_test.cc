@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_naive.h"
@@ -357,11 +358,13 @@ TEST(AttentionOptionsErrors, WindowEntryBelowMinusOne) {
 }
 
 TEST(AttentionOptionsErrors, NegativeOrNonFiniteSoftcap) {
-  for (float cap : {-1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+  const std::pair<double, const char*> caps[] = {
+      {-1.0, "got -1"}, {std::numeric_limits<double>::infinity(), "got inf"}, {NAN, "got nan"}};
+  for (const auto& [cap, shown] : caps) {
     AttentionOptions opt;
     opt.softcap = cap;
     expect_bad([&] { attention_forward(q4(), k4(), k4(), {}, opt); }, "softcap");
-    expect_bad([&] { attention_forward(q4(), k4(), k4(), {}, opt); }, std::to_string(cap));
+    expect_bad([&] { attention_forward(q4(), k4(), k4(), {}, opt); }, shown);
   }
 }
 

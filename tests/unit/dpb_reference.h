@@ -85,7 +85,7 @@ inline detail::DpbMlp kernel_view(const DynamicPositionBias& m) {
   k.heads = o.heads;
   k.depth = o.depth;
   k.norm = o.norm;
-  k.eps = o.layernorm_eps;
+  k.eps = static_cast<float>(o.layernorm_eps);
   for (const std::string& name : m.parameter_names()) {
     const float* p = m.parameter(name).data<float>();
     if (is_norm_param(name)) {
@@ -136,13 +136,16 @@ class RefMlp {
     }
   }
 
-  // The MLP input for signed distance s, rounded to float as PyTorch feeds it.
+  // The MLP input for signed distance s, rounded to float as PyTorch feeds it
+  // (kept in double after set_double_inputs(), as a float64 module feeds it).
   double input(std::int64_t s) const {
-    if (o_.variant == DpbVariant::kZeta) return static_cast<float>(s < 0 ? -s : s);
-    if (!o_.log_distance) return static_cast<float>(s);
+    const auto feed = [&](double x) { return double_inputs_ ? x : static_cast<float>(x); };
+    if (o_.variant == DpbVariant::kZeta) return feed(static_cast<double>(s < 0 ? -s : s));
+    if (!o_.log_distance) return feed(static_cast<double>(s));
     const double a = std::log(std::fabs(static_cast<double>(s)) + 1.0);
-    return static_cast<float>(s < 0 ? -a : a);
+    return feed(s < 0 ? -a : a);
   }
+  void set_double_inputs() { double_inputs_ = true; }
 
   std::vector<double> forward(double x) const { return run(x, nullptr); }
 
@@ -217,6 +220,8 @@ class RefMlp {
   }
 
  private:
+  bool double_inputs_ = false;
+
   struct Trace {
     std::vector<std::vector<double>> a, u, zhat;
     std::vector<double> rstd;

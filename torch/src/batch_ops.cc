@@ -65,12 +65,12 @@ Call make_call(const char* who, const at::Tensor& q, const OptT& slopes, const O
   if (scale) {
     TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.", who, ": scale must be finite, got ",
                       *scale);
-    c.options.scale = static_cast<float>(*scale);
+    c.options.scale = *scale;
   }
   c.options.causal = causal;
   if (q_offset) c.options.q_offset = *q_offset;
   c.options.window = AttentionWindow{left, right};
-  c.options.softcap = static_cast<float>(softcap);
+  c.options.softcap = softcap;
   if (given(key_mask)) {
     check_cpu(*key_mask, who, "key_mask");
     const at::ScalarType st = key_mask->scalar_type();

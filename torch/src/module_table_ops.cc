@@ -10,9 +10,9 @@
 // variant's spelling, the parameter count, a float64 or non-CPU tensor) is
 // checked here.
 //
-// float64 parameters take the reference path: the core validates float32
-// copies (its messages), then the MLP or the embedding gather runs in float64
-// with ATen ops, whose autograd gives the gradients (gradcheck in float64).
+// float64 parameters take the core's float64 references
+// (dpb_distance_table_f64, t5_distance_table_f64 and their backwards), one
+// core call each way, so gradcheck runs in float64.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -184,6 +184,9 @@ class T5TableFunction : public torch::autograd::Function<T5TableFunction> {
 };
 
 // ------------------------------------------------- float64 reference path
+//
+// float64 parameters: the core's float64 references (dpb_distance_table_f64,
+// t5_distance_table_f64 and their backwards), one core call each way.
 
 bool all_f64(at::TensorList params) {
   return !params.empty() && std::all_of(params.begin(), params.end(), [](const at::Tensor& p) {
@@ -191,54 +194,106 @@ bool all_f64(at::TensorList params) {
   });
 }
 
-void check_j(const char* who, int64_t j) {
-  TORCH_CHECK_VALUE(j >= 1, "posbias.", who, ": j must be >= 1, got ", j);
-}
-
-at::Tensor dpb_f64(at::TensorList params, int64_t j, const std::string& variant, bool log_distance,
-                   bool norm, double eps) {
-  std::vector<at::Tensor> p32;
-  for (const at::Tensor& p : params) {
-    torch_bridge::check_cpu(p, kDpb, "a parameter");
-    p32.push_back(p.detach().to(at::kFloat));
-  }
-  core_dpb(p32, variant, log_distance, norm, eps);  // the core's checks of shapes and options
-  check_j(kDpb, j);
-  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor table;  // [2j - 1, heads], entry e for q_r - c = e - (j - 1)
-  if (variant == "zeta") {
-    at::Tensor x = at::arange(j, f64).unsqueeze(1);  // |q_r - c| = 0 .. j - 1
-    x = at::silu(at::linear(x, params[0], params[1]));
-    x = at::silu(at::linear(x, params[2], params[3]));
-    x = at::linear(x, params[4], params[5]);
-    table = x.index_select(0, (at::arange(2 * j - 1, at::kLong) - (j - 1)).abs());
+// The options of a float64 module and its parameters by state-dict name
+// (views of the tensors). The core's constructor names the parameters and
+// checks the options; the reference checks the parameters.
+std::pair<DpbOptions, TensorMap> dpb_f64_args(at::TensorList params, const std::string& variant,
+                                              bool log_distance, bool norm, double eps) {
+  for (const at::Tensor& p : params) torch_bridge::check_cpu(p, kDpb, "a parameter");
+  TORCH_CHECK_VALUE(variant == "zeta" || variant == "x-transformers", "posbias.", kDpb,
+                    ": variant must be \"zeta\" or \"x-transformers\", got \"", variant, "\"");
+  DpbOptions o;
+  o.variant = variant == "zeta" ? DpbVariant::kZeta : DpbVariant::kXTransformers;
+  o.log_distance = log_distance;
+  o.norm = norm;
+  o.layernorm_eps = eps;
+  const int64_t n = static_cast<int64_t>(params.size());
+  const int64_t per_block = norm ? 4 : 2;
+  if (o.variant == DpbVariant::kXTransformers) {
+    TORCH_CHECK_VALUE(n >= 2 + per_block && (n - 2) % per_block == 0, "posbias.", kDpb,
+                      ": x-transformers with norm=", norm, " takes ", per_block,
+                      " tensors per hidden block plus 2 for the output layer, got ", n);
+    o.depth = (n - 2) / per_block;
   } else {
-    at::Tensor x = at::arange(-(j - 1), j, f64).unsqueeze(1);
-    if (log_distance) x = at::sign(x) * at::log(x.abs() + 1);
-    const size_t per_block = norm ? 4 : 2, n = params.size();
-    for (size_t b = 0; b + 2 < n; b += per_block) {
-      x = at::linear(x, params[b], params[b + 1]);
-      if (norm) x = at::layer_norm(x, {x.size(1)}, params[b + 2], params[b + 3], eps);
-      x = at::silu(x);
-    }
-    table = at::linear(x, params[n - 2], params[n - 1]);
+    TORCH_CHECK_VALUE(n == 6, "posbias.", kDpb, ": the zeta variant takes 6 parameters, got ", n);
   }
-  return table.t().contiguous();
+  o.dim = params.front().dim() >= 1 ? params.front().size(0) : 1;
+  o.heads = params.back().dim() >= 1 ? params.back().size(0) : 1;
+  const std::vector<std::string> names =
+      core_call([&] { return DynamicPositionBias(o).parameter_names(); });
+  TensorMap state;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    state[names[k]] = view_of(params[k], DType::kFloat64);
+  }
+  return {o, std::move(state)};
 }
 
-at::Tensor t5_f64(const at::Tensor& embedding, int64_t j, bool causal, int64_t num_buckets,
-                  int64_t max_distance, double scale) {
-  core_t5(embedding.detach().to(at::kFloat), causal, num_buckets, max_distance, scale);
-  check_j(kT5, j);
-  std::vector<int64_t> buckets(static_cast<size_t>(2 * j - 1));
-  for (int64_t e = 0; e < 2 * j - 1; ++e) {
-    // entry e: q_r - c = e - (j - 1), so the relative position c - q_r = (j - 1) - e
-    buckets[static_cast<size_t>(e)] =
-        t5_relative_position_bucket((j - 1) - e, causal, num_buckets, max_distance);
+class DpbTableF64Function : public torch::autograd::Function<DpbTableF64Function> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList params, int64_t j,
+                            const std::string& variant, bool log_distance, bool norm, double eps) {
+    auto [o, state] = dpb_f64_args(params, variant, log_distance, norm, eps);
+    at::Tensor out = core_call([&] { return to_torch(dpb_distance_table_f64(o, state, j)); });
+    ctx->save_for_backward(params.vec());
+    ctx->saved_data["j"] = j;
+    ctx->saved_data["variant"] = variant;
+    ctx->saved_data["log_distance"] = log_distance;
+    ctx->saved_data["norm"] = norm;
+    ctx->saved_data["eps"] = eps;
+    return out;
   }
-  const at::Tensor idx = at::tensor(buckets, at::kLong);
-  return (embedding.index_select(0, idx) * scale).t().contiguous();
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list params = ctx->get_saved_variables();
+    const int64_t j = ctx->saved_data["j"].toInt();
+    auto [o, state] = dpb_f64_args(
+        params, ctx->saved_data["variant"].toStringRef(), ctx->saved_data["log_distance"].toBool(),
+        ctx->saved_data["norm"].toBool(), ctx->saved_data["eps"].toDouble());
+    const at::Tensor g = grads[0].to(at::kDouble);
+    const TensorMap pg = core_call(
+        [&] { return dpb_backward_distance_table_f64(o, state, j, view_of(g, DType::kFloat64)); });
+    const std::vector<std::string> names =
+        core_call([&] { return DynamicPositionBias(o).parameter_names(); });
+    variable_list out;
+    for (const std::string& name : names) out.push_back(to_torch(pg.at(name)));
+    for (int k = 0; k < 5; ++k) out.emplace_back();  // j, variant, log_distance, norm, eps
+    return out;
+  }
+};
+
+at::Tensor t5_f64_forward(const at::Tensor& embedding, int64_t j, bool causal, int64_t num_buckets,
+                          int64_t max_distance, double scale) {
+  torch_bridge::check_cpu(embedding, kT5, "embedding");
+  const Tensor e = view_of(embedding, DType::kFloat64);
+  return core_call([&] {
+    return to_torch(t5_distance_table_f64(e, scale, causal, num_buckets, max_distance, j));
+  });
 }
+
+class T5TableF64Function : public torch::autograd::Function<T5TableF64Function> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& embedding, int64_t j,
+                            bool causal, int64_t num_buckets, int64_t max_distance, double scale) {
+    at::Tensor out = t5_f64_forward(embedding, j, causal, num_buckets, max_distance, scale);
+    ctx->saved_data["j"] = j;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["num_buckets"] = num_buckets;
+    ctx->saved_data["max_distance"] = max_distance;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor g = grads[0].to(at::kDouble);
+    at::Tensor ge = core_call([&] {
+      return to_torch(t5_backward_distance_table_f64(
+          view_of(g, DType::kFloat64), ctx->saved_data["scale"].toDouble(),
+          ctx->saved_data["causal"].toBool(), ctx->saved_data["num_buckets"].toInt(),
+          ctx->saved_data["max_distance"].toInt(), ctx->saved_data["j"].toInt()));
+    });
+    return {ge, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -246,22 +301,27 @@ namespace ops {
 
 at::Tensor dpb_distance_table_cpu(at::TensorList params, int64_t j, c10::string_view variant,
                                   bool log_distance, bool norm, double eps) {
-  if (all_f64(params)) return dpb_f64(params, j, std::string(variant), log_distance, norm, eps);
+  if (all_f64(params)) {
+    auto [o, state] = dpb_f64_args(params, std::string(variant), log_distance, norm, eps);
+    return core_call([&] { return to_torch(dpb_distance_table_f64(o, state, j)); });
+  }
   const DynamicPositionBias m = core_dpb(params, std::string(variant), log_distance, norm, eps);
   return core_call([&] { return result_as(m.distance_table(j), params[0].scalar_type()); });
 }
 
 at::Tensor dpb_distance_table(at::TensorList params, int64_t j, c10::string_view variant,
                               bool log_distance, bool norm, double eps) {
-  // float64: ATen ops, recorded by autograd.
-  if (all_f64(params)) return dpb_f64(params, j, std::string(variant), log_distance, norm, eps);
+  // float64: the core's reference, forward and backward.
+  if (all_f64(params)) {
+    return DpbTableF64Function::apply(params, j, std::string(variant), log_distance, norm, eps);
+  }
   return DpbTableFunction::apply(params, j, std::string(variant), log_distance, norm, eps);
 }
 
 at::Tensor t5_distance_table_cpu(const at::Tensor& embedding, int64_t j, bool causal,
                                  int64_t num_buckets, int64_t max_distance, double scale) {
   if (embedding.defined() && embedding.scalar_type() == at::kDouble) {
-    return t5_f64(embedding, j, causal, num_buckets, max_distance, scale);
+    return t5_f64_forward(embedding, j, causal, num_buckets, max_distance, scale);
   }
   const RelativePositionBias m = core_t5(embedding, causal, num_buckets, max_distance, scale);
   return core_call([&] { return result_as(m.distance_table(j), embedding.scalar_type()); });
@@ -270,7 +330,7 @@ at::Tensor t5_distance_table_cpu(const at::Tensor& embedding, int64_t j, bool ca
 at::Tensor t5_distance_table(const at::Tensor& embedding, int64_t j, bool causal,
                              int64_t num_buckets, int64_t max_distance, double scale) {
   if (embedding.defined() && embedding.scalar_type() == at::kDouble) {
-    return t5_f64(embedding, j, causal, num_buckets, max_distance, scale);
+    return T5TableF64Function::apply(embedding, j, causal, num_buckets, max_distance, scale);
   }
   return T5TableFunction::apply(embedding, j, causal, num_buckets, max_distance, scale);
 }

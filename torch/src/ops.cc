@@ -21,6 +21,7 @@
 #include <torch/library.h>
 
 #include <string>
+#include <vector>
 
 #include "core_bridge.h"
 #include "meta_ops.h"
@@ -35,6 +36,24 @@ std::string library_version() { return posbias::version(); }
 // The OpenMP thread count the core's kernels get when an op is called from
 // this thread (torch's: see core_bridge.h); for the tests.
 int64_t num_threads() { return posbias::torch_bridge::follow_torch_threads(); }
+
+// A tensor on the core's storage (posbias::Tensor::empty, wrapped without a
+// copy): 64-byte aligned, and from 4 MiB up mapped straight from the kernel,
+// 2 MiB aligned and advised as transparent huge pages. Uninitialised, like
+// torch.empty. For long-lived KV caches: torch 1.13's allocator never advises
+// huge pages, and a decode reading a 1 GiB cache in 4 KiB pages pays about
+// 15-20% in TLB misses (docs/python.md). float32, bfloat16, float16 or
+// float64; the core checks the shape (ValueError for a negative extent,
+// std::length_error, as a ValueError, when it cannot fit in memory).
+at::Tensor empty(std::vector<int64_t> size, c10::optional<at::ScalarType> dtype) {
+  const at::ScalarType s = dtype.value_or(at::kFloat);
+  TORCH_CHECK_TYPE(s == at::kFloat || s == at::kBFloat16 || s == at::kHalf || s == at::kDouble,
+                   "posbias.empty: dtype must be float32, bfloat16, float16 or float64, got ", s);
+  const posbias::DType dt = s == at::kDouble ? posbias::DType::kFloat64
+                                             : posbias::torch_bridge::dtype_from_scalar(s, "empty");
+  return posbias::torch_bridge::core_call(
+      [&] { return posbias::torch_bridge::to_torch(posbias::Tensor::empty(size, dt)); });
+}
 
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               c10::string_view bias, const c10::optional<at::Tensor>& slopes,
@@ -117,6 +136,7 @@ at::Tensor alibi_bias_custom_pos_autograd(const at::Tensor& slopes, int64_t tota
 TORCH_LIBRARY(posbias, m) {
   m.def("version() -> str", TORCH_FN(library_version));
   m.def("_num_threads() -> int", TORCH_FN(num_threads));
+  m.def("empty(int[] size, ScalarType? dtype=None) -> Tensor", TORCH_FN(empty));
   m.def("alibi_slopes(int heads, float? max_bias=None) -> Tensor",
         TORCH_FN(posbias::ops::alibi_slopes));
   m.def(

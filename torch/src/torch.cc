@@ -68,7 +68,7 @@ AttentionArgs attention_args(const at::Tensor& q, const at::Tensor& k, const at:
   if (scale) {
     TORCH_CHECK_VALUE(std::isfinite(*scale), "posbias.attention: scale must be finite, got ",
                       *scale);
-    a.options.scale = static_cast<float>(*scale);
+    a.options.scale = *scale;
   }
   a.options.causal = causal;
   const bool has_s = slopes.has_value() && slopes->defined();
