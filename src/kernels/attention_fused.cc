@@ -48,6 +48,7 @@
 #include "kernels/attention_fused.h"
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -134,8 +135,31 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
                   std::int64_t c0, std::int64_t keys, std::int64_t ld, float* kt, float* vp,
                   float* tmp) {
   const std::int64_t d = p.d;
+  const std::size_t esize = dtype_size(p.kv_dtype);
+  // Rows further apart than a 4 KiB page (a paged cache's kv heads side by
+  // side: one row per hk * d elements) are not followed by the hardware's
+  // stream prefetchers: each would wait for memory on its own. Those are
+  // prefetched kAhead keys ahead.
+  constexpr std::int64_t kAhead = 8;
+  const bool far =
+      p.key_layout == KeyLayout::kPaged && static_cast<std::size_t>(p.k_stride[2]) * esize >= 4096;
+  const auto prefetch_row = [&](const void* base, std::int64_t at) {
+    const char* row = static_cast<const char*>(base) + static_cast<std::size_t>(at) * esize;
+    for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64)
+      hwy::Prefetch(row + b);
+  };
   for (std::int64_t c = 0; c < keys; ++c) {
     float* vrow = vp + c * dp;
+    if (far && c + kAhead < keys) {
+      prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
+      prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
+    }
+    if (c == 0 && far) {
+      for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
+        prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
+        prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
+      }
+    }
     if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
       for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
       std::fill(vrow, vrow + dp, 0.0f);
