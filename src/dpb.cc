@@ -291,26 +291,6 @@ DynamicPositionBias::DynamicPositionBias(const DpbOptions& options, std::uint64_
 
 namespace {
 
-// Appends a parameter's (or its gradient's) pointer to the list of the
-// kernel's view (detail::DpbMlp or detail::DpbMlpGrads) its kind belongs to.
-template <typename View, typename P>
-void add_to_view(View& view, ParamKind kind, P* p) {
-  switch (kind) {
-    case ParamKind::kLinearWeight:
-      view.weight.push_back(p);
-      break;
-    case ParamKind::kLinearBias:
-      view.bias.push_back(p);
-      break;
-    case ParamKind::kNormWeight:
-      view.ln_weight.push_back(p);
-      break;
-    case ParamKind::kNormBias:
-      view.ln_bias.push_back(p);
-      break;
-  }
-}
-
 // A view of the parameters for the kernels, after checking that none was
 // replaced (through mutable_parameter) by a tensor of another shape, dtype or
 // layout.
@@ -331,7 +311,7 @@ detail::DpbMlp mlp_view(const DpbOptions& o, const std::vector<Tensor>& params) 
           detail::shape_string(t.shape()) + (t.is_contiguous() ? "" : " (strided)") +
           " (replaced through mutable_parameter?)");
     }
-    add_to_view(m, specs[k].kind, t.data<float>());
+    detail::dpb_add_to_view(m, specs[k].kind, t.data<float>());
   }
   return m;
 }
@@ -380,7 +360,7 @@ TensorMap make_grads(const DpbOptions& o, detail::DpbMlpGrads& view) {
   TensorMap out;
   for (const ParamSpec& s : param_specs(o)) {
     Tensor t = Tensor::full(s.shape, 0.0f);
-    add_to_view(view, s.kind, t.mutable_data<float>());
+    detail::dpb_add_to_view(view, s.kind, t.mutable_data<float>());
     out.emplace(s.name, std::move(t));
   }
   return out;

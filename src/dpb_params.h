@@ -27,6 +27,27 @@ void dpb_check_options(const DpbOptions& o);
 // The parameters in module (state-dict) order.
 std::vector<DpbParamSpec> dpb_param_specs(const DpbOptions& o);
 
+// Appends p (a parameter's or its gradient's values) to the list of `view`
+// its kind belongs to: View has the vectors weight, bias, ln_weight and
+// ln_bias (the kernels' DpbMlp and DpbMlpGrads, the float64 reference's).
+template <typename View, typename P>
+void dpb_add_to_view(View& view, DpbParamKind kind, P* p) {
+  switch (kind) {
+    case DpbParamKind::kLinearWeight:
+      view.weight.push_back(p);
+      break;
+    case DpbParamKind::kLinearBias:
+      view.bias.push_back(p);
+      break;
+    case DpbParamKind::kNormWeight:
+      view.ln_weight.push_back(p);
+      break;
+    case DpbParamKind::kNormBias:
+      view.ln_bias.push_back(p);
+      break;
+  }
+}
+
 }  // namespace posbias::detail
 
 #endif  // POSBIAS_SRC_DPB_PARAMS_H_

@@ -22,7 +22,6 @@
 namespace posbias {
 namespace {
 
-using detail::DpbParamKind;
 using detail::DpbParamSpec;
 
 // Contiguous double copies (or views) of the parameters, by kind, in module
@@ -81,20 +80,7 @@ Mlp checked_mlp(const char* who, const DpbOptions& o, const TensorMap& params) {
                                     " has a non-finite value at flat index " + std::to_string(k));
       }
     }
-    switch (s.kind) {
-      case DpbParamKind::kLinearWeight:
-        m.weight.push_back(p);
-        break;
-      case DpbParamKind::kLinearBias:
-        m.bias.push_back(p);
-        break;
-      case DpbParamKind::kNormWeight:
-        m.ln_weight.push_back(p);
-        break;
-      case DpbParamKind::kNormBias:
-        m.ln_bias.push_back(p);
-        break;
-    }
+    detail::dpb_add_to_view(m, s.kind, p);
     m.keep.push_back(std::move(c));
   }
   return m;
@@ -200,20 +186,7 @@ Grads zero_grads(const DpbOptions& o) {
     Tensor t = Tensor::empty(s.shape, DType::kFloat64);
     double* p = t.mutable_data<double>();
     for (std::int64_t k = 0; k < t.numel(); ++k) p[k] = 0.0;
-    switch (s.kind) {
-      case DpbParamKind::kLinearWeight:
-        g.weight.push_back(p);
-        break;
-      case DpbParamKind::kLinearBias:
-        g.bias.push_back(p);
-        break;
-      case DpbParamKind::kNormWeight:
-        g.ln_weight.push_back(p);
-        break;
-      case DpbParamKind::kNormBias:
-        g.ln_bias.push_back(p);
-        break;
-    }
+    detail::dpb_add_to_view(g, s.kind, p);
     g.tensors.push_back(std::move(t));
   }
   return g;
