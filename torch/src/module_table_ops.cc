@@ -61,18 +61,19 @@ at::Tensor result_as(const Tensor& t, at::ScalarType dtype) {
 
 constexpr const char* kDpb = "dpb_distance_table";
 
-// The core DynamicPositionBias holding `params` (state-dict order). The
-// sizes are read from the first and last tensors; every shape, value and
-// option is then checked by the core (constructor, load_state_dict).
-DynamicPositionBias core_dpb(at::TensorList params, const std::string& variant, bool log_distance,
-                             bool norm, double eps) {
+// The options of a module over `params` (state-dict order): the variant's
+// spelling and the parameter count are checked here (a list has no names),
+// dim and heads read from the first and last tensors; every shape, value and
+// option is then checked by the core.
+DpbOptions dpb_options(at::TensorList params, const std::string& variant, bool log_distance,
+                       bool norm, double eps) {
   TORCH_CHECK_VALUE(variant == "zeta" || variant == "x-transformers", "posbias.", kDpb,
                     ": variant must be \"zeta\" or \"x-transformers\", got \"", variant, "\"");
   DpbOptions o;
   o.variant = variant == "zeta" ? DpbVariant::kZeta : DpbVariant::kXTransformers;
   o.log_distance = log_distance;
   o.norm = norm;
-  o.layernorm_eps = static_cast<float>(eps);
+  o.layernorm_eps = eps;
   const int64_t n = static_cast<int64_t>(params.size());
   const int64_t per_block = norm ? 4 : 2;
   if (o.variant == DpbVariant::kXTransformers) {
@@ -86,13 +87,21 @@ DynamicPositionBias core_dpb(at::TensorList params, const std::string& variant, 
                       "mlp.0.weight, mlp.0.bias, mlp.2.weight, mlp.2.bias, mlp.4.weight, ",
                       "mlp.4.bias), got ", n);
   }
+  const at::Tensor &first = params.front(), &last = params.back();
+  o.dim = first.dim() >= 1 ? first.size(0) : 1;
+  o.heads = last.dim() >= 1 ? last.size(0) : 1;
+  return o;
+}
+
+// The core DynamicPositionBias holding `params` (float32, bfloat16 or
+// float16), loaded by the core (its checks and messages).
+DynamicPositionBias core_dpb(at::TensorList params, const std::string& variant, bool log_distance,
+                             bool norm, double eps) {
+  const DpbOptions o = dpb_options(params, variant, log_distance, norm, eps);
   for (const at::Tensor& p : params) {
     torch_bridge::check_cpu(p, kDpb, "a parameter");
     torch_bridge::dtype_of(p, kDpb, "a parameter");  // TypeError for float64
   }
-  const at::Tensor &first = params.front(), &last = params.back();
-  o.dim = first.dim() >= 1 ? first.size(0) : 1;
-  o.heads = last.dim() >= 1 ? last.size(0) : 1;
   return core_call([&] {
     DynamicPositionBias m(o);
     const std::vector<std::string> names = m.parameter_names();
@@ -200,25 +209,7 @@ bool all_f64(at::TensorList params) {
 std::pair<DpbOptions, TensorMap> dpb_f64_args(at::TensorList params, const std::string& variant,
                                               bool log_distance, bool norm, double eps) {
   for (const at::Tensor& p : params) torch_bridge::check_cpu(p, kDpb, "a parameter");
-  TORCH_CHECK_VALUE(variant == "zeta" || variant == "x-transformers", "posbias.", kDpb,
-                    ": variant must be \"zeta\" or \"x-transformers\", got \"", variant, "\"");
-  DpbOptions o;
-  o.variant = variant == "zeta" ? DpbVariant::kZeta : DpbVariant::kXTransformers;
-  o.log_distance = log_distance;
-  o.norm = norm;
-  o.layernorm_eps = eps;
-  const int64_t n = static_cast<int64_t>(params.size());
-  const int64_t per_block = norm ? 4 : 2;
-  if (o.variant == DpbVariant::kXTransformers) {
-    TORCH_CHECK_VALUE(n >= 2 + per_block && (n - 2) % per_block == 0, "posbias.", kDpb,
-                      ": x-transformers with norm=", norm, " takes ", per_block,
-                      " tensors per hidden block plus 2 for the output layer, got ", n);
-    o.depth = (n - 2) / per_block;
-  } else {
-    TORCH_CHECK_VALUE(n == 6, "posbias.", kDpb, ": the zeta variant takes 6 parameters, got ", n);
-  }
-  o.dim = params.front().dim() >= 1 ? params.front().size(0) : 1;
-  o.heads = params.back().dim() >= 1 ? params.back().size(0) : 1;
+  const DpbOptions o = dpb_options(params, variant, log_distance, norm, eps);
   const std::vector<std::string> names =
       core_call([&] { return DynamicPositionBias(o).parameter_names(); });
   TensorMap state;
