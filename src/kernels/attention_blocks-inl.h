@@ -9,7 +9,6 @@
 //                 scores with the mask of the keys it cannot see (-inf), and
 //                 the row max
 //   OnlineSoftmaxRow (forward)   p = exp(s - m_new), rescale factor, sum
-//   ProbabilityGradRow (backward) p = exp(s - lse), dS = p (dP - D)
 //   MulAddRows    C (=, +=, = alpha C +) A B over strided A: P V and the
 //                 backward's gradient products
 //
@@ -675,33 +674,6 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     m[r] = m_new;
     alpha[r] = a;
   }
-}
-
-// Backward, one row over a block of cols columns (a multiple of the vector
-// length): s (biased, masked scores) becomes P = exp(s - lse) and dp (dO V^T)
-// becomes dS = P (dP - delta) on the first `lim` columns, both 0 after.
-// Returns sum of dS * -|distance| for the ALiBi slope gradient (0 unless
-// kAlibi).
-HWY_INLINE float ProbabilityGradRow(DF df, const RowBias& rb, std::int64_t cols, std::int64_t lim,
-                                    float lse, float delta, float* HWY_RESTRICT s,
-                                    float* HWY_RESTRICT dp) {
-  const std::int64_t n = AttnLanes(df);
-  const VF vlse = hn::Set(df, lse);
-  const VF vdelta = hn::Set(df, delta);
-  VF slope_grad = hn::Zero(df);
-  const std::int64_t span = AttnRoundUp(df, lim);
-  for (std::int64_t x = 0; x < span; x += n) {
-    const auto keep = hn::FirstN(df, static_cast<std::size_t>(lim - x));
-    const VF pv = hn::IfThenElseZero(keep, ExpFlushed(df, hn::Sub(hn::Load(df, s + x), vlse)));
-    const VF dsv = hn::IfThenElseZero(keep, hn::Mul(pv, hn::Sub(hn::Load(df, dp + x), vdelta)));
-    hn::Store(pv, df, s + x);
-    hn::Store(dsv, df, dp + x);
-    if (rb.kind == FusedBias::kAlibi) {
-      slope_grad = hn::NegMulAdd(dsv, AlibiDistance(df, rb, x), slope_grad);
-    }
-  }
-  for (std::int64_t x = span; x < cols; ++x) s[x] = dp[x] = 0.0f;
-  return rb.kind == FusedBias::kAlibi ? hn::GetLane(hn::SumOfLanes(df, slope_grad)) : 0.0f;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
