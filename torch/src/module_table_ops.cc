@@ -203,28 +203,35 @@ bool all_f64(at::TensorList params) {
   });
 }
 
-// The options of a float64 module and its parameters by state-dict name
+// A float64 module's arguments for the core: its options, its parameter
+// names in state-dict order (the list's order) and the parameters by name
 // (views of the tensors). The core's constructor names the parameters and
 // checks the options; the reference checks the parameters.
-std::pair<DpbOptions, TensorMap> dpb_f64_args(at::TensorList params, const std::string& variant,
-                                              bool log_distance, bool norm, double eps) {
-  for (const at::Tensor& p : params) torch_bridge::check_cpu(p, kDpb, "a parameter");
-  const DpbOptions o = dpb_options(params, variant, log_distance, norm, eps);
-  const std::vector<std::string> names =
-      core_call([&] { return DynamicPositionBias(o).parameter_names(); });
+struct DpbF64Args {
+  DpbOptions options;
+  std::vector<std::string> names;
   TensorMap state;
-  for (std::size_t k = 0; k < names.size(); ++k) {
-    state[names[k]] = view_of(params[k], DType::kFloat64);
+};
+
+DpbF64Args dpb_f64_args(at::TensorList params, const std::string& variant, bool log_distance,
+                        bool norm, double eps) {
+  for (const at::Tensor& p : params) torch_bridge::check_cpu(p, kDpb, "a parameter");
+  DpbF64Args a;
+  a.options = dpb_options(params, variant, log_distance, norm, eps);
+  a.names = core_call([&] { return DynamicPositionBias(a.options).parameter_names(); });
+  for (std::size_t k = 0; k < a.names.size(); ++k) {
+    a.state[a.names[k]] = view_of(params[k], DType::kFloat64);
   }
-  return {o, std::move(state)};
+  return a;
 }
 
 class DpbTableF64Function : public torch::autograd::Function<DpbTableF64Function> {
  public:
   static at::Tensor forward(AutogradContext* ctx, at::TensorList params, int64_t j,
                             const std::string& variant, bool log_distance, bool norm, double eps) {
-    auto [o, state] = dpb_f64_args(params, variant, log_distance, norm, eps);
-    at::Tensor out = core_call([&] { return to_torch(dpb_distance_table_f64(o, state, j)); });
+    const DpbF64Args a = dpb_f64_args(params, variant, log_distance, norm, eps);
+    at::Tensor out =
+        core_call([&] { return to_torch(dpb_distance_table_f64(a.options, a.state, j)); });
     ctx->save_for_backward(params.vec());
     ctx->saved_data["j"] = j;
     ctx->saved_data["variant"] = variant;
@@ -237,16 +244,15 @@ class DpbTableF64Function : public torch::autograd::Function<DpbTableF64Function
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list params = ctx->get_saved_variables();
     const int64_t j = ctx->saved_data["j"].toInt();
-    auto [o, state] = dpb_f64_args(
+    const DpbF64Args a = dpb_f64_args(
         params, ctx->saved_data["variant"].toStringRef(), ctx->saved_data["log_distance"].toBool(),
         ctx->saved_data["norm"].toBool(), ctx->saved_data["eps"].toDouble());
     const at::Tensor g = grads[0].to(at::kDouble);
-    const TensorMap pg = core_call(
-        [&] { return dpb_backward_distance_table_f64(o, state, j, view_of(g, DType::kFloat64)); });
-    const std::vector<std::string> names =
-        core_call([&] { return DynamicPositionBias(o).parameter_names(); });
+    const TensorMap pg = core_call([&] {
+      return dpb_backward_distance_table_f64(a.options, a.state, j, view_of(g, DType::kFloat64));
+    });
     variable_list out;
-    for (const std::string& name : names) out.push_back(to_torch(pg.at(name)));
+    for (const std::string& name : a.names) out.push_back(to_torch(pg.at(name)));
     for (int k = 0; k < 5; ++k) out.emplace_back();  // j, variant, log_distance, norm, eps
     return out;
   }
@@ -293,8 +299,8 @@ namespace ops {
 at::Tensor dpb_distance_table_cpu(at::TensorList params, int64_t j, c10::string_view variant,
                                   bool log_distance, bool norm, double eps) {
   if (all_f64(params)) {
-    auto [o, state] = dpb_f64_args(params, std::string(variant), log_distance, norm, eps);
-    return core_call([&] { return to_torch(dpb_distance_table_f64(o, state, j)); });
+    const DpbF64Args a = dpb_f64_args(params, std::string(variant), log_distance, norm, eps);
+    return core_call([&] { return to_torch(dpb_distance_table_f64(a.options, a.state, j)); });
   }
   const DynamicPositionBias m = core_dpb(params, std::string(variant), log_distance, norm, eps);
   return core_call([&] { return result_as(m.distance_table(j), params[0].scalar_type()); });
