@@ -57,6 +57,21 @@ constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
 constexpr int kDecPairVecs = 2 * kAttnVecs;
 constexpr int kDecRowVecs = 8;
 
+// Software prefetch. The hardware's stream prefetchers follow a stream
+// within a 4 KiB page and start again at each new page; a 16-key group of
+// float16 rows (d = 128) is one page, so every group began with its loads
+// waiting for memory (perf: a third of the score pass's samples on the
+// first key of each group). Both passes prefetch the rows about
+// kDecAheadBytes ahead of the one they read (at least one key, at most
+// kDecMaxAhead keys, attention_task-inl.h).
+constexpr std::int64_t kDecAheadBytes = 4096;
+
+// Every cache line of the row's bytes [row, row + bytes).
+HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes) {
+  const char* b = static_cast<const char*>(row);
+  for (std::int64_t x = 0; x < bytes; x += 64) hwy::Prefetch(b + x);
+}
+
 // Lane u of the result: the sum of the lanes of acc[u] (kDecLanes vectors).
 // Pairs of vectors become one of their pairwise sums (even + odd lanes),
 // halving the count per level: log2(N) levels, N - 1 steps for N sums.
@@ -77,9 +92,10 @@ HWY_INLINE VF DecLaneSums(DF df, VF* acc) {
 
 // The scores of one query row q (float32, times scale) against the N key
 // rows kr (their dtype), stored as one vector at s (aligned).
+// pf, when not null: N rows to prefetch, one before each key's.
 template <typename TK>
 HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                              const TK* const* kr, float* HWY_RESTRICT s) {
+                              const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   VF acc[kDecLanes];
   // Key by key, each row read front to back (two chains per key; the N
@@ -93,6 +109,7 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
 #pragma GCC unroll 16
   for (std::size_t u = 0; u < kDecLanes; ++u) {
     const TK* HWY_RESTRICT row = kr[u];
+    if (pf != nullptr) DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
     VF a0 = hn::Zero(df), a1 = hn::Zero(df);
     std::int64_t x = 0;
     for (; x + 2 * n <= whole; x += 2 * n) {
@@ -124,12 +141,18 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
 // the time on a Zen 5.
 template <int R, typename TK>
 HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                             const TK* const* kr, float* HWY_RESTRICT s, std::int64_t lds) {
+                             const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s,
+                             std::int64_t lds) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::size_t kKeys = kDecLanes / R;
   static_assert(R > 1 && kKeys * R == kDecLanes, "R > 1 divides the lanes");
   VF acc[kDecLanes];  // acc[key * R + row]
   for (auto& a : acc) a = hn::Zero(df);
+  if (pf != nullptr) {
+    for (std::size_t u = 0; u < kKeys; ++u) {
+      DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
+    }
+  }
   const std::int64_t whole = d - d % n;
   for (std::int64_t x = 0; x < whole; x += n) {
     VF qv[R];
@@ -168,27 +191,30 @@ HWY_INLINE std::int64_t DecLastKvHead(const AttentionParams& p, const AttentionT
   return (t.hh + t.nh - 1) / (p.h / p.hk);
 }
 
-// Element offsets of the rows of keys [c0, c0 + n) of the task's first kv
-// head in k (v with `values`): a paged cache is walked page run by page run
-// (a page's base once, no division per key). A key that the key mask
-// hides gets the offset of a key the block attends (BlockKeep found one):
-// its score is masked and its weight is never used, so nothing depends on
-// what its row holds.
+// Element offsets of the rows of keys [c0, c0 + n + extra) of the task's
+// first kv head in k (v with `values`); the extra keys (past the block,
+// within the sequence) are only prefetched. A paged cache is walked page
+// run by page run (a page's base once, no division per key). A key of the
+// block that the key mask hides gets the offset of a key the block attends
+// (BlockKeep found one): its score is masked and its weight is never used,
+// so nothing depends on what its row holds.
 void DecRowOffsets(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                   std::int64_t n, bool values, std::int64_t* at, const AttentionWork& w) {
+                   std::int64_t n, std::int64_t extra, bool values, std::int64_t* at,
+                   const AttentionWork& w) {
   const std::int64_t* st = values ? p.v_stride : p.k_stride;
+  const std::int64_t all = n + extra;
   if (p.key_layout == KeyLayout::kPaged) {
     const std::int32_t* table = p.block_table + t.bb * p.block_table_stride[0];
     std::int64_t page = c0 / p.block_size, row = c0 % p.block_size;
-    for (std::int64_t c = 0; c < n; ++page, row = 0) {
+    for (std::int64_t c = 0; c < all; ++page, row = 0) {
       const std::int64_t base = table[page * p.block_table_stride[1]] * st[0] + t.kvh * st[1];
-      const std::int64_t run = std::min(n - c, p.block_size - row);
+      const std::int64_t run = std::min(all - c, p.block_size - row);
       for (std::int64_t k = 0; k < run; ++k) at[c + k] = base + (row + k) * st[2];
       c += run;
     }
   } else {
     const std::int64_t base = (values ? t.v_base : t.k_base) + c0 * st[2];
-    for (std::int64_t c = 0; c < n; ++c) at[c] = base + c * st[2];
+    for (std::int64_t c = 0; c < all; ++c) at[c] = base + c * st[2];
   }
   if (p.key_mask == nullptr) return;
   std::int64_t kept = 0;
@@ -200,11 +226,30 @@ void DecRowOffsets(const AttentionParams& p, const AttentionTask& t, std::int64_
 
 // Where the decode kernels read a block's rows: base + at[c] (+ a kv
 // head's offset) is key c's row, in the dtype T.
+// ahead > 0: a pass prefetches the row it will read `ahead` rows later
+// (at[] holds `avail` entries; the last one stands for those past it).
 template <typename T>
 struct DecRows {
   const T* base;
   const std::int64_t* at;
   std::int64_t kv_step;  // elements between the rows of two kv heads
+  std::int64_t ahead = 0, avail = 0;
+
+  // The value pass walks one kv head's keys in order: while reading key c
+  // of the kv head at b, key c + ahead's row.
+  const T* Ahead(const T* b, std::int64_t c) const {
+    return b + at[std::min(c + ahead, avail - 1)];
+  }
+
+  // The key pass walks groups of n keys, each group kv head by kv head
+  // (nkv of them): while reading key c + u of the task's kv head kv, the
+  // row `ahead` places further in that order.
+  const T* AheadInGroups(std::int64_t c, std::int64_t kv, std::int64_t u, std::int64_t n,
+                         std::int64_t nkv) const {
+    const std::int64_t walk = kv * n + u + ahead, span = nkv * n;
+    const std::int64_t key = c + walk / span * n + walk % n;
+    return base + walk % span / n * kv_step + at[std::min(key, avail - 1)];
+  }
 };
 
 // S = (scale q) K^T for every row of the task over the block's first
@@ -216,23 +261,33 @@ template <typename TK>
 void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t max_lim,
                std::int64_t cols, const DecRows<TK>& k, AttentionWork& w) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-  const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t);
+  const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
   const TK* kr[kDecLanes];
+  const TK* pf[kDecLanes] = {};
   for (std::int64_t c = 0; c < max_lim; c += n) {
     for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
       const TK* base = k.base + (kv - t.kvh) * k.kv_step;
       for (std::int64_t u = 0; u < n; ++u) kr[u] = base + k.at[c + u < max_lim ? c + u : 0];
+      if (k.ahead > 0) {
+        for (std::int64_t u = 0; u < n; ++u) pf[u] = k.AheadInGroups(c, kv - t.kvh, u, n, nkv);
+      }
       const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
       std::int64_t r = rr.begin;
+      // The first rows of the kv head read its key rows from memory (and
+      // prefetch); the others find them in L1.
+      const auto ahead = [&](std::int64_t row, std::int64_t u) {
+        return k.ahead > 0 && row == rr.begin ? pf + u : nullptr;
+      };
       if constexpr (kDecLanes % 4 == 0) {  // four rows (query heads) at a time
         for (; r + 4 <= rr.end; r += 4) {
           for (std::int64_t u = 0; u < n; u += n / 4) {
-            DecScoreTile<4>(df, w.q.get() + r * d, d, kr + u, w.s.get() + r * cols + c + u, cols);
+            DecScoreTile<4>(df, w.q.get() + r * d, d, kr + u, ahead(r, u),
+                            w.s.get() + r * cols + c + u, cols);
           }
         }
       }
       for (; r < rr.end; ++r) {
-        DecScoreLanes(df, w.q.get() + r * d, d, kr, w.s.get() + r * cols + c);
+        DecScoreLanes(df, w.q.get() + r * d, d, kr, ahead(r, 0), w.s.get() + r * cols + c);
       }
     }
   }
@@ -242,13 +297,15 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 // value row at base + at[c] (its dtype): VW vectors of d at a time over
 // all the keys (the accumulators stay in registers for the whole run of
 // keys), then single vectors, then the last d % N columns one by one. P
-// rows have stride ldp, O rows dp.
+// rows have stride ldp, O rows dp. pf, when not null, is the block's rows
+// (at = pf->at + c_first): the first pass over the keys prefetches ahead.
 template <int RB, int VW, typename TV>
 HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           const TV* HWY_RESTRICT base, const std::int64_t* HWY_RESTRICT at,
                           std::int64_t count, std::int64_t d, float* HWY_RESTRICT o,
-                          std::int64_t dp) {
+                          std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
   const auto chunk = [&](auto vw_tag, std::int64_t x) {
     constexpr int kVW = decltype(vw_tag)::value;
     VF acc[RB][kVW];
@@ -256,7 +313,9 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
       for (int u = 0; u < kVW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
     }
     const TV* HWY_RESTRICT bx = base + x;
+    const bool prefetch = pf != nullptr && x == 0;
     for (std::int64_t c = 0; c < count; ++c) {
+      if (prefetch) DecPrefetchRow(pf->Ahead(base, c_first + c), row_bytes);
       const TV* HWY_RESTRICT row = bx + at[c];
       VF vv[kVW];
       for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
@@ -304,9 +363,11 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     }
   }
   const float* keep = p.key_mask != nullptr ? w.keep.get() : nullptr;
-  // Rows [r, r + R) over keys [from, to), in runs of attended keys.
+  // Rows [r, r + R) over keys [from, to), in runs of attended keys; the
+  // first rows of a kv head (which read its value rows from memory)
+  // prefetch.
   const auto tile = [&](auto rows_tag, std::int64_t r, std::int64_t from, std::int64_t to,
-                        const TV* base) {
+                        const TV* base, bool first_rows) {
     constexpr int R = decltype(rows_tag)::value;
     constexpr int kVW = R == 1 ? kDecRowVecs : kDecPairVecs;
     for (std::int64_t c = from; c < to;) {
@@ -319,7 +380,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
         while (e < to && keep[e] != 0.0f) ++e;
       }
       if (e > c) {
-        DecPVTile<R, kVW>(df, s + r * cols + c, cols, base, v.at + c, e - c, p.d, o + r * dp, dp);
+        DecPVTile<R, kVW>(df, s + r * cols + c, cols, base, v.at + c, e - c, p.d, o + r * dp, dp,
+                          first_rows && v.ahead > 0 ? &v : nullptr, c);
       }
       c = e;
     }
@@ -331,40 +393,63 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
     std::int64_t r = rr.begin;
     for (; r + 2 <= rr.end; r += 2) {
+      const bool pf = r == rr.begin;
       const std::int64_t b = std::max(first(r), first(r + 1));
       const std::int64_t e = std::max(b, std::min(lim(r), lim(r + 1)));
-      tile(std::integral_constant<int, 2>(), r, b, e, base);
+      tile(std::integral_constant<int, 2>(), r, b, e, base, pf);
       for (std::int64_t x = r; x < r + 2; ++x) {
         if (e > b) {
-          tile(one, x, first(x), b, base);
-          tile(one, x, e, lim(x), base);
+          tile(one, x, first(x), b, base, pf);
+          tile(one, x, e, lim(x), base, pf);
         } else {
-          tile(one, x, first(x), lim(x), base);
+          tile(one, x, first(x), lim(x), base, pf);
         }
       }
     }
-    for (; r < rr.end; ++r) tile(one, r, first(r), lim(r), base);
+    for (; r < rr.end; ++r) tile(one, r, first(r), lim(r), base, r == rr.begin);
   }
 }
 
+// Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
+// more of the sequence's keys; the passes prefetch the row they will read
+// about kDecAheadBytes later (at least one row ahead, at most
+// kDecMaxAhead - 16 so that the key pass's target stays among them).
+template <typename T>
+DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                          std::int64_t max_lim, bool values, std::int64_t* at,
+                          const AttentionWork& w) {
+  const std::int64_t row_bytes = p.d * static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t extra = std::clamp<std::int64_t>(t.sq.j - c0 - max_lim, 0, kDecMaxAhead);
+  DecRowOffsets(p, t, c0, max_lim, extra, values, at, w);
+  DecRows<T> rows{static_cast<const T*>(values ? p.v : p.k), at,
+                  (values ? p.v_stride : p.k_stride)[1]};
+  rows.ahead =
+      std::clamp<std::int64_t>((kDecAheadBytes + row_bytes - 1) / row_bytes, 1, kDecMaxAhead - 16);
+  rows.avail = max_lim + extra;
+  return rows;
+}
+
 // The block's rows as the kernels read them: in place in their dtype T
-// (TRead = T, buf null) when a row's elements are contiguous, else
-// converted to float32 rows in buf (TRead = float).
+// (TRead = T, buf null) when a row's elements are contiguous, with the
+// rows about kDecAheadBytes ahead to prefetch (up to the sequence's last
+// key); else converted to float32 rows in buf (TRead = float).
 template <typename T, typename TRead>
 DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                             std::int64_t max_lim, bool values, std::int64_t* at, float* buf,
                             const AttentionWork& w) {
-  DecRowOffsets(p, t, c0, max_lim, values, at, w);
-  const std::int64_t* st = values ? p.v_stride : p.k_stride;
-  const void* src = values ? p.v : p.k;
   if constexpr (!std::is_same_v<TRead, float>) {
-    return {static_cast<const T*>(src), at, st[1]};  // 16-bit rows in place
+    (void)buf;
+    return DecRowsInPlace<T>(p, t, c0, max_lim, values, at, w);  // 16-bit rows in place
   } else {
-    if (buf == nullptr) return {static_cast<const float*>(src), at, st[1]};
+    if constexpr (std::is_same_v<T, float>) {
+      if (buf == nullptr) return DecRowsInPlace<float>(p, t, c0, max_lim, values, at, w);
+    }
     // Converted (one kv head per task here: PlanBlocking groups kv heads
     // only when their rows are contiguous).
+    const std::int64_t* st = values ? p.v_stride : p.k_stride;
+    DecRowOffsets(p, t, c0, max_lim, 0, values, at, w);
     for (std::int64_t c = 0; c < max_lim; ++c) {
-      PackRow(src, p.kv_dtype, at[c], st[3], p.d, 1.0f, buf + c * p.d);
+      PackRow(values ? p.v : p.k, p.kv_dtype, at[c], st[3], p.d, 1.0f, buf + c * p.d);
       at[c] = c * p.d;
     }
     return {buf, at, 0};

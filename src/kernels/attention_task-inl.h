@@ -44,6 +44,10 @@ struct AttentionBlocking {
 // Most rows (query heads x query rows) of one decode task.
 constexpr std::int64_t kMaxGroupRows = 32;
 
+// Most keys past a decode block whose rows the block's passes prefetch
+// (attention_decode-inl.h): k_at and v_at hold them after the block's.
+constexpr std::int64_t kDecMaxAhead = 64;
+
 // Per-thread bytes allowed for a head's packed K^T and V.
 constexpr double kMaxPackBytes = 32.0 * (1 << 20);
 
@@ -78,8 +82,8 @@ struct AttentionWork {
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
         keep(allocate_scratch<float>(bkp, kWhat)),
-        k_at(static_cast<std::size_t>(bkp)),
-        v_at(static_cast<std::size_t>(bkp)) {}
+        k_at(static_cast<std::size_t>(bkp + kDecMaxAhead)),
+        v_at(static_cast<std::size_t>(bkp + kDecMaxAhead)) {}
   static constexpr const char* kWhat = "the attention's per-thread block buffers";
 };
 
