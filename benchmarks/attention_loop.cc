@@ -10,6 +10,8 @@
 // d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
 // else in the cache's dtype), prefill_causal, prefill_noncausal (ALiBi,
 // h 16, i = j = 2048, d 64). Prints the calls made and their mean time.
+// --keys J replaces the case's key count (a decode over a cache that fits
+// in L2 or L3 shows the kernel's arithmetic rate without the memory).
 // Build tree only (not installed).
 #include <chrono>
 #include <cstdlib>
@@ -47,7 +49,7 @@ const std::map<std::string, LoopCase>& loop_cases() {
 }
 
 int usage() {
-  std::cerr << "usage: posbias-attention-loop CASE [--seconds S]; cases:";
+  std::cerr << "usage: posbias-attention-loop CASE [--seconds S] [--keys J]; cases:";
   for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
   std::cerr << "\n";
   return 2;
@@ -56,17 +58,26 @@ int usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 4) return usage();
+  if (argc < 2 || argc % 2 != 0) return usage();
   const auto it = loop_cases().find(argv[1]);
   if (it == loop_cases().end()) return usage();
   double seconds = 10;
-  if (argc == 4) {
-    if (std::string(argv[2]) != "--seconds") return usage();
+  LoopCase c = it->second;
+  for (int a = 2; a + 1 < argc; a += 2) {
+    const std::string flag = argv[a];
     char* end = nullptr;
-    seconds = std::strtod(argv[3], &end);
-    if (end == argv[3] || *end != '\0' || !(seconds > 0)) return usage();
+    const double value = std::strtod(argv[a + 1], &end);
+    if (end == argv[a + 1] || *end != '\0' || !(value > 0)) return usage();
+    if (flag == "--seconds") {
+      seconds = value;
+    } else if (flag == "--keys" && value == static_cast<double>(static_cast<std::int64_t>(value)) &&
+               value <= 1e9) {
+      c.j = static_cast<std::int64_t>(value);
+      if (c.i > c.j) c.i = c.j;
+    } else {
+      return usage();
+    }
   }
-  const LoopCase& c = it->second;
   AttentionInputs in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
   posbias::AttentionOptions opt;
   opt.causal = c.causal;
@@ -95,6 +106,9 @@ int main(int argc, char** argv) {
   } while (elapsed < seconds);
   std::cout << argv[1] << ": " << calls << " calls, " << elapsed * 1e3 / static_cast<double>(calls)
             << " ms each (q " << posbias::dtype_name(in.q.dtype()) << ", k and v "
-            << posbias::dtype_name(in.k.dtype()) << ")\n";
+            << posbias::dtype_name(in.k.dtype()) << ", j " << c.j << ", "
+            << static_cast<double>(in.k.numel() * posbias::dtype_size(in.k.dtype())) * 2 /
+                   (elapsed / static_cast<double>(calls)) / 1e9
+            << " GB/s of K and V)\n";
   return 0;
 }

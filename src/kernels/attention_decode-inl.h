@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/attention_blocks-inl.h"
@@ -69,6 +70,7 @@ constexpr std::int64_t kDecAheadBytes = 4096;
 // Every cache line of the row's bytes [row, row + bytes).
 HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes) {
   const char* b = static_cast<const char*>(row);
+#pragma GCC unroll 8
   for (std::int64_t x = 0; x < bytes; x += 64) hwy::Prefetch(b + x);
 }
 
@@ -146,7 +148,7 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::size_t kKeys = kDecLanes / R;
   static_assert(R > 1 && kKeys * R == kDecLanes, "R > 1 divides the lanes");
-  VF acc[kDecLanes];  // acc[key * R + row]
+  VF acc[kDecLanes];  // acc[row * kKeys + key]: the sums come out row by row
   for (auto& a : acc) a = hn::Zero(df);
   if (pf != nullptr) {
     for (std::size_t u = 0; u < kKeys; ++u) {
@@ -159,14 +161,18 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
     for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d + x);
     for (std::size_t u = 0; u < kKeys; ++u) {
       const VF kv = LoadWide(df, kr[u] + x);
-      for (int r = 0; r < R; ++r) acc[u * R + r] = hn::MulAdd(qv[r], kv, acc[u * R + r]);
+      for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
     }
   }
   HWY_ALIGN float out[kDecLanes];
   hn::Store(DecLaneSums(df, acc), df, out);
-  for (std::size_t u = 0; u < kKeys; ++u) {
-    for (int r = 0; r < R; ++r) {  // d not a multiple of N: the last elements one by one
-      float t = out[u * R + r];
+  if (whole == d) {  // each row's kKeys scores in one copy (not one store per score)
+    for (int r = 0; r < R; ++r) std::memcpy(s + r * lds, out + r * kKeys, sizeof(float) * kKeys);
+    return;
+  }
+  for (int r = 0; r < R; ++r) {  // d not a multiple of N: the last elements one by one
+    for (std::size_t u = 0; u < kKeys; ++u) {
+      float t = out[r * kKeys + u];
       for (std::int64_t y = whole; y < d; ++y) t += q[r * d + y] * AttnToF(kr[u][y]);
       s[r * lds + static_cast<std::int64_t>(u)] = t;
     }
@@ -242,13 +248,21 @@ struct DecRows {
   }
 
   // The key pass walks groups of n keys, each group kv head by kv head
-  // (nkv of them): while reading key c + u of the task's kv head kv, the
-  // row `ahead` places further in that order.
-  const T* AheadInGroups(std::int64_t c, std::int64_t kv, std::int64_t u, std::int64_t n,
-                         std::int64_t nkv) const {
-    const std::int64_t walk = kv * n + u + ahead, span = nkv * n;
-    const std::int64_t key = c + walk / span * n + walk % n;
-    return base + walk % span / n * kv_step + at[std::min(key, avail - 1)];
+  // (nkv of them): while reading keys c + [0, n) of the task's kv head kv,
+  // the rows `ahead` places further in that order, into pf[0, n).
+  void AheadInGroups(std::int64_t c, std::int64_t kv, std::int64_t n, std::int64_t nkv,
+                     const T** pf) const {
+    const std::int64_t span = nkv * n;
+    std::int64_t walk = kv * n + ahead;  // place in the walk from group c's start
+    std::int64_t group = walk / span, at_group = walk % span;  // once per call
+    for (std::int64_t u = 0; u < n; ++u) {
+      const std::int64_t key = c + group * n + at_group % n;
+      pf[u] = base + at_group / n * kv_step + at[std::min(key, avail - 1)];
+      if (++at_group == span) {
+        at_group = 0;
+        ++group;
+      }
+    }
   }
 };
 
@@ -269,7 +283,7 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       const TK* base = k.base + (kv - t.kvh) * k.kv_step;
       for (std::int64_t u = 0; u < n; ++u) kr[u] = base + k.at[c + u < max_lim ? c + u : 0];
       if (k.ahead > 0) {
-        for (std::int64_t u = 0; u < n; ++u) pf[u] = k.AheadInGroups(c, kv - t.kvh, u, n, nkv);
+        k.AheadInGroups(c, kv - t.kvh, n, nkv, pf);
       }
       const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
       std::int64_t r = rr.begin;
