@@ -106,9 +106,13 @@ int main(int argc, char** argv) {
   } while (elapsed < seconds);
   std::cout << argv[1] << ": " << calls << " calls, " << elapsed * 1e3 / static_cast<double>(calls)
             << " ms each (q " << posbias::dtype_name(in.q.dtype()) << ", k and v "
-            << posbias::dtype_name(in.k.dtype()) << ", j " << c.j << ", "
-            << static_cast<double>(in.k.numel() * posbias::dtype_size(in.k.dtype())) * 2 /
-                   (elapsed / static_cast<double>(calls)) / 1e9
-            << " GB/s of K and V)\n";
+            << posbias::dtype_name(in.k.dtype()) << ", j " << c.j;
+  if (c.i == 1) {  // decode: the rate at which K and V were read
+    std::cout << ", "
+              << static_cast<double>(in.k.numel() * posbias::dtype_size(in.k.dtype())) * 2 /
+                     (elapsed / static_cast<double>(calls)) / 1e9
+              << " GB/s of K and V";
+  }
+  std::cout << ")\n";
   return 0;
 }
