@@ -5,7 +5,9 @@
 // shared with the dense calls are in attention.cc (attention_front.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention_front.h"
@@ -263,26 +265,77 @@ Tensor kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
   return out;
 }
 
-// dst[0 .. d) (cache dtype) = src[0, stride, ..) (float dtype), rounded once.
+// The value of a float element as float32 (exact), and a float32 rounded
+// once to the cache's dtype.
+float element_to_float(float v) { return v; }
+float element_to_float(bfloat16 v) { return to_float(v); }
+float element_to_float(float16 v) { return to_float(v); }
+template <typename D>
+D float_to_element(float f) {
+  if constexpr (std::is_same_v<D, bfloat16>) {
+    return to_bfloat16(f);
+  } else if constexpr (std::is_same_v<D, float16>) {
+    return to_float16(f);
+  } else {
+    return f;
+  }
+}
+
+// One row, element type S to D (dtype branches outside the loop).
+template <typename S, typename D>
+void convert_row_typed(const void* src, std::int64_t s_off, std::int64_t s_step, void* dst,
+                       std::int64_t d_off, std::int64_t d_step, std::int64_t d) {
+  const S* from = static_cast<const S*>(src) + s_off;
+  D* to = static_cast<D*>(dst) + d_off;
+  for (std::int64_t x = 0; x < d; ++x) {
+    if constexpr (std::is_same_v<S, double> || std::is_same_v<D, double>) {
+      to[x * d_step] = from[x * s_step];  // both float64 (kvcache_append checks)
+    } else {
+      to[x * d_step] = float_to_element<D>(element_to_float(from[x * s_step]));
+    }
+  }
+}
+
+template <typename S>
+void convert_row_from(const void* src, std::int64_t s_off, std::int64_t s_step, void* dst, DType dt,
+                      std::int64_t d_off, std::int64_t d_step, std::int64_t d) {
+  switch (dt) {
+    case DType::kBFloat16:
+      convert_row_typed<S, bfloat16>(src, s_off, s_step, dst, d_off, d_step, d);
+      break;
+    case DType::kFloat16:
+      convert_row_typed<S, float16>(src, s_off, s_step, dst, d_off, d_step, d);
+      break;
+    default:
+      convert_row_typed<S, float>(src, s_off, s_step, dst, d_off, d_step, d);
+      break;
+  }
+}
+
+// dst[0 .. d) (cache dtype) = src[0, stride, ..) (float dtype), rounded
+// once; a row of the cache's own dtype with contiguous elements is copied.
 void convert_row(const void* src, DType st, std::int64_t s_off, std::int64_t s_step, void* dst,
                  DType dt, std::int64_t d_off, std::int64_t d_step, std::int64_t d) {
-  if (st == DType::kFloat64 || dt == DType::kFloat64) {  // both (kvcache_append checks): exact
-    for (std::int64_t x = 0; x < d; ++x) {
-      static_cast<double*>(dst)[d_off + x * d_step] =
-          static_cast<const double*>(src)[s_off + x * s_step];
-    }
+  if (st == dt && s_step == 1 && d_step == 1) {
+    const std::size_t size = dtype_size(st);
+    std::memcpy(static_cast<char*>(dst) + static_cast<std::size_t>(d_off) * size,
+                static_cast<const char*>(src) + static_cast<std::size_t>(s_off) * size,
+                static_cast<std::size_t>(d) * size);
     return;
   }
-  for (std::int64_t x = 0; x < d; ++x) {
-    const std::int64_t at = s_off + x * s_step;
-    float f = 0.0f;
-    if (st == DType::kFloat32) f = static_cast<const float*>(src)[at];
-    if (st == DType::kBFloat16) f = to_float(static_cast<const bfloat16*>(src)[at]);
-    if (st == DType::kFloat16) f = to_float(static_cast<const float16*>(src)[at]);
-    const std::int64_t to = d_off + x * d_step;
-    if (dt == DType::kFloat32) static_cast<float*>(dst)[to] = f;
-    if (dt == DType::kBFloat16) static_cast<bfloat16*>(dst)[to] = to_bfloat16(f);
-    if (dt == DType::kFloat16) static_cast<float16*>(dst)[to] = to_float16(f);
+  switch (st) {
+    case DType::kFloat64:  // then the cache is float64 too (kvcache_append checks)
+      convert_row_typed<double, double>(src, s_off, s_step, dst, d_off, d_step, d);
+      break;
+    case DType::kBFloat16:
+      convert_row_from<bfloat16>(src, s_off, s_step, dst, dt, d_off, d_step, d);
+      break;
+    case DType::kFloat16:
+      convert_row_from<float16>(src, s_off, s_step, dst, dt, d_off, d_step, d);
+      break;
+    default:
+      convert_row_from<float>(src, s_off, s_step, dst, dt, d_off, d_step, d);
+      break;
   }
 }
 

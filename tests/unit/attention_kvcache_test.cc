@@ -270,7 +270,8 @@ TEST(AttentionKvcache, LongCachesHeadDimension128AndChunks) {
 // as one dense call over the whole keys (bottom-right).
 TEST(AttentionKvcache, AppendThenAttendEqualsDense) {
   for (std::int64_t bs : {1, 7, 16, 0}) {
-    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    // k_new float32: copied into a float32 cache, rounded into a 16-bit one.
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       SCOPED_TRACE("block_size " + std::to_string(bs) + " " + dtype_name(dt));
       const std::int64_t hk = 2, h = 4, d = 8, n = 3;
       const std::vector<std::int64_t> lens = {4, 0, 9};
@@ -314,8 +315,14 @@ TEST(AttentionKvcache, AppendThenAttendEqualsDense) {
         vc = Tensor::from_vector(shape, vw).to(dt);
       }
       const Tensor old_lens = ints({b}, lens);
-      kvcache_append(kc, vc, old_lens, c.table, Tensor::from_vector({b, n, hk, d}, kn),
-                     Tensor::from_vector({b, n, hk, d}, vn).to(dt));
+      // v_new in the cache's dtype with its elements hk apart (a view of a
+      // [b, n, d, hk] tensor): converted element by element, not copied.
+      const Tensor v_new = Tensor::from_vector({b, n, hk, d}, vn)
+                               .to(dt)
+                               .transpose(2, 3)
+                               .contiguous_copy()
+                               .transpose(2, 3);
+      kvcache_append(kc, vc, old_lens, c.table, Tensor::from_vector({b, n, hk, d}, kn), v_new);
       const Tensor q = test::random_tensor({b, 2, h, d}, 5).to(dt);
       AttentionOptions opt;
       opt.causal = true;
