@@ -11,7 +11,9 @@
 //     (a transpose-add tree, not a horizontal sum per key); every row of
 //     the task reads N keys while they are in L1;
 //   - O = alpha O + P V in one pass over the value rows per row tile, its
-//     accumulators in registers over the whole block.
+//     accumulators in registers over the whole block;
+//   - each pass prefetches the row it will read about 4 KiB later in its
+//     own walk (the hardware's prefetchers start again at every page).
 //
 // Both passes keep their accumulators in registers: a store whose data
 // waits on a load from memory (an accumulator spilled to the stack, or O
