@@ -60,6 +60,18 @@ std::size_t physical_memory_bytes() {
 
 namespace posbias::detail {
 
+std::int64_t checked_table_length(const char* who, std::int64_t heads, std::int64_t j) {
+  if (j < 1) {
+    throw std::invalid_argument(std::string(who) + ": j must be >= 1, got " + std::to_string(j));
+  }
+  try {
+    checked_numel({heads, j, 2}, DType::kFloat64);  // 2j cannot overflow after this
+  } catch (const std::length_error& e) {
+    throw std::length_error(std::string(who) + ": j = " + std::to_string(j) + ": " + e.what());
+  }
+  return 2 * j - 1;
+}
+
 std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype) {
   std::int64_t n = 1;
   bool overflow = false;

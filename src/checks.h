@@ -35,6 +35,11 @@ void check_finite_slopes(const char* what, const std::vector<float>& slopes);
 // machine's physical memory (std::length_error naming shape and bytes).
 std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype);
 
+// The length 2j - 1 of a distance table of j keys (float64 [heads, 2j - 1]),
+// after checking j >= 1 (std::invalid_argument) and that the table fits
+// (std::length_error); both messages start with `who`.
+std::int64_t checked_table_length(const char* who, std::int64_t heads, std::int64_t j);
+
 // "[2, 3, 4]"
 std::string shape_string(const std::vector<std::int64_t>& shape);
 

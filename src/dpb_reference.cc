@@ -86,19 +86,6 @@ Mlp checked_mlp(const char* who, const DpbOptions& o, const TensorMap& params) {
   return m;
 }
 
-// Checks j and that a float64 [heads, 2j - 1] fits; returns 2j - 1.
-std::int64_t checked_length(const char* who, std::int64_t heads, std::int64_t j) {
-  if (j < 1) {
-    throw std::invalid_argument(std::string(who) + ": j must be >= 1, got " + std::to_string(j));
-  }
-  try {
-    detail::checked_numel({heads, j, 2}, DType::kFloat64);  // 2j cannot overflow after this
-  } catch (const std::length_error& e) {
-    throw std::length_error(std::string(who) + ": j = " + std::to_string(j) + ": " + e.what());
-  }
-  return 2 * j - 1;
-}
-
 // The MLP input of the table entry at signed distance s.
 double input_of(const DpbOptions& o, std::int64_t s) {
   if (o.variant == DpbVariant::kZeta) return static_cast<double>(s < 0 ? -s : s);
@@ -272,7 +259,7 @@ void backward_one(const Mlp& m, double x, const double* gy, Activations& act, Gr
 Tensor dpb_distance_table_f64(const DpbOptions& options, const TensorMap& params, std::int64_t j) {
   constexpr const char* kWho = "dpb_distance_table_f64";
   const Mlp m = checked_mlp(kWho, options, params);
-  const std::int64_t len = checked_length(kWho, options.heads, j);
+  const std::int64_t len = detail::checked_table_length(kWho, options.heads, j);
   Tensor out = Tensor::empty({options.heads, len}, DType::kFloat64);
   double* o = out.mutable_data<double>();
   const bool zeta = options.variant == DpbVariant::kZeta;
@@ -299,7 +286,7 @@ TensorMap dpb_backward_distance_table_f64(const DpbOptions& options, const Tenso
                                           std::int64_t j, const Tensor& grad) {
   constexpr const char* kWho = "dpb_backward_distance_table_f64";
   const Mlp m = checked_mlp(kWho, options, params);
-  const std::int64_t len = checked_length(kWho, options.heads, j);
+  const std::int64_t len = detail::checked_table_length(kWho, options.heads, j);
   const std::vector<std::int64_t> want = {options.heads, len};
   if (grad.dtype() != DType::kFloat64 || grad.shape() != want) {
     throw std::invalid_argument(

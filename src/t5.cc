@@ -295,11 +295,7 @@ std::int64_t checked_f64_length(const char* who, double scale, std::int64_t head
     msg << who << ": scale must be finite, got " << scale;
     throw std::invalid_argument(msg.str());
   }
-  if (j < 1) {
-    throw std::invalid_argument(std::string(who) + ": j must be >= 1, got " + std::to_string(j));
-  }
-  detail::checked_numel({heads, j, 2}, DType::kFloat64);  // 2j - 1 cannot overflow after this
-  return 2 * j - 1;
+  return detail::checked_table_length(who, heads, j);
 }
 
 }  // namespace
