@@ -357,14 +357,15 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 }
 
 // O = alpha O + P V for every row of the task over the block's keys,
-// each row over its own visible keys [first, lim) only (a
-// NaN in a value it cannot see never reaches it; neither are the keys the
-// key mask hides read). A tile walks all its keys with its accumulators in
-// registers: two rows together over the keys both see, then each row's
-// own others. Storing O every few keys instead held back the next value
-// loads (the stores wait on the loads of their group): with one row, 1.3x
-// the time of the value pass on a Zen 5. The first tile of a kv head reads
-// the block's value rows from memory, the others from L2.
+// each row over its own visible keys [first, lim) only (a NaN in a value
+// it cannot see never reaches it; neither are the keys the key mask hides
+// read). A tile walks all its keys with its accumulators in registers: two
+// rows together over the keys both see, then each row's own others
+// (ForCommonKeys, as the blocked path's PVRows). Storing O every few keys
+// instead held back the next value loads (the stores wait on the loads of
+// their group): with one row, 1.3x the time of the value pass on a Zen 5.
+// The first tile of a kv head reads the block's value rows from memory,
+// the others from L2.
 template <typename TV>
 void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
@@ -408,19 +409,16 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     const TV* base = v.base + (kv - t.kvh) * v.kv_step;
     const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
     std::int64_t r = rr.begin;
-    for (; r + 2 <= rr.end; r += 2) {
+    for (; r + 2 <= rr.end; r += 2) {  // pairs: the keys both see, then each row's others
       const bool pf = r == rr.begin;
-      const std::int64_t b = std::max(first(r), first(r + 1));
-      const std::int64_t e = std::max(b, std::min(lim(r), lim(r + 1)));
-      tile(std::integral_constant<int, 2>(), r, b, e, base, pf);
-      for (std::int64_t x = r; x < r + 2; ++x) {
-        if (e > b) {
-          tile(one, x, first(x), b, base, pf);
-          tile(one, x, e, lim(x), base, pf);
-        } else {
-          tile(one, x, first(x), lim(x), base, pf);
-        }
-      }
+      ForCommonKeys<2>(
+          r, first, lim,
+          [&](std::int64_t b, std::int64_t e) {
+            tile(std::integral_constant<int, 2>(), r, b, e, base, pf);
+          },
+          [&](std::int64_t x, std::int64_t from, std::int64_t to) {
+            tile(one, x, from, to, base, pf);
+          });
     }
     for (; r < rr.end; ++r) tile(one, r, first(r), lim(r), base, r == rr.begin);
   }

@@ -164,39 +164,53 @@ HWY_INLINE std::int64_t TaskPosition(const AttentionTask& t, std::int64_t r) {
   return t.sq.q_offset + r;
 }
 
-// O = alpha O + P V for rows [r, r + R) of P (row stride ldp), each over
-// its own visible keys w.lim only: the keys all R rows see, [begin, end), in
-// one tile of R rows x VW vectors of d, then each row's own others. V rows
-// (stride ldv) may be unaligned.
-template <int R, int VW, typename TV>
-HWY_INLINE void PVRows(DF df, AttentionWork& w, std::int64_t r, const float* s, std::int64_t ldp,
-                       const TV* vp, std::int64_t ldv, std::int64_t dp) {
-  float* o = w.o.get();
-  const auto lim = [&](std::int64_t x) { return w.lim[static_cast<std::size_t>(x)]; };
-  const auto first = [&](std::int64_t x) { return w.first[static_cast<std::size_t>(x)]; };
-  // Row rr's keys [from, to), added to its accumulator.
-  const auto add_keys = [&](std::int64_t rr, std::int64_t from, std::int64_t to) {
-    if (to <= from) return;
-    MulAddRowsOf<1, VW, TV>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
-                            TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
-  };
+// Rows [r, r + R), each over its own visible keys [first(x), lim(x)): the
+// keys all R rows see, [begin, end), go to common(begin, end) (one tile of
+// R rows; called even when empty, for a tile that also rescales), each
+// row's others to own(row, from, to). Shared by the blocked and the direct
+// (decode) P V.
+template <int R, typename First, typename Lim, typename Common, typename Own>
+HWY_INLINE void ForCommonKeys(std::int64_t r, const First& first, const Lim& lim,
+                              const Common& common, const Own& own) {
   std::int64_t begin = first(r), end = lim(r);
   for (int u = 1; u < R; ++u) {
     begin = std::max(begin, first(r + u));
     end = std::min(end, lim(r + u));
   }
   if (end < begin) end = begin;
-  MulAddRowsOf<R, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
-                          TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
+  common(begin, end);
   for (int u = 0; u < R; ++u) {
     const std::int64_t rr = r + u;
     if (end > begin) {
-      add_keys(rr, first(rr), begin);
-      add_keys(rr, end, lim(rr));
+      own(rr, first(rr), begin);
+      own(rr, end, lim(rr));
     } else {
-      add_keys(rr, first(rr), lim(rr));
+      own(rr, first(rr), lim(rr));
     }
   }
+}
+
+// O = alpha O + P V for rows [r, r + R) of P (row stride ldp), each over
+// its own visible keys w.lim only: the keys all R rows see in one tile of
+// R rows x VW vectors of d, then each row's own others (ForCommonKeys). V
+// rows (stride ldv) may be unaligned.
+template <int R, int VW, typename TV>
+HWY_INLINE void PVRows(DF df, AttentionWork& w, std::int64_t r, const float* s, std::int64_t ldp,
+                       const TV* vp, std::int64_t ldv, std::int64_t dp) {
+  float* o = w.o.get();
+  const auto lim = [&](std::int64_t x) { return w.lim[static_cast<std::size_t>(x)]; };
+  const auto first = [&](std::int64_t x) { return w.first[static_cast<std::size_t>(x)]; };
+  ForCommonKeys<R>(
+      r, first, lim,
+      [&](std::int64_t begin, std::int64_t end) {
+        MulAddRowsOf<R, VW, TV>(df, s + r * ldp + begin, ldp, 1, vp + begin * ldv, ldv, end - begin,
+                                TileInit::kScale, w.alpha.get() + r, o + r * dp, dp, dp);
+      },
+      [&](std::int64_t rr, std::int64_t from, std::int64_t to) {  // row rr's keys [from, to)
+        if (to <= from) return;
+        MulAddRowsOf<1, VW, TV>(df, s + rr * ldp + from, ldp, 1, vp + from * ldv, ldv, to - from,
+                                TileInit::kAdd, nullptr, o + rr * dp, dp, dp);
+      });
 }
 
 // Bias, mask and the online-softmax update of rows [r0, r1) of the task
