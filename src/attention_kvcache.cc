@@ -15,6 +15,7 @@
 #include "checks.h"
 #include "kernels/attention_fused.h"
 #include "kernels/attention_params.h"
+#include "kernels/float_to.h"
 #include "posbias/attention.h"
 
 namespace posbias {
@@ -265,22 +266,6 @@ Tensor kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
   return out;
 }
 
-// The value of a float element as float32 (exact), and a float32 rounded
-// once to the cache's dtype.
-float element_to_float(float v) { return v; }
-float element_to_float(bfloat16 v) { return to_float(v); }
-float element_to_float(float16 v) { return to_float(v); }
-template <typename D>
-D float_to_element(float f) {
-  if constexpr (std::is_same_v<D, bfloat16>) {
-    return to_bfloat16(f);
-  } else if constexpr (std::is_same_v<D, float16>) {
-    return to_float16(f);
-  } else {
-    return f;
-  }
-}
-
 // One row, element type S to D (dtype branches outside the loop).
 template <typename S, typename D>
 void convert_row_typed(const void* src, std::int64_t s_off, std::int64_t s_step, void* dst,
@@ -290,8 +275,10 @@ void convert_row_typed(const void* src, std::int64_t s_off, std::int64_t s_step,
   for (std::int64_t x = 0; x < d; ++x) {
     if constexpr (std::is_same_v<S, double> || std::is_same_v<D, double>) {
       to[x * d_step] = from[x * s_step];  // both float64 (kvcache_append checks)
+    } else if constexpr (std::is_same_v<S, float>) {
+      to[x * d_step] = detail::float_to<D>(from[x * s_step]);
     } else {
-      to[x * d_step] = float_to_element<D>(element_to_float(from[x * s_step]));
+      to[x * d_step] = detail::float_to<D>(to_float(from[x * s_step]));  // exact widening
     }
   }
 }

@@ -7,25 +7,10 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/float_to.h"
 #include "posbias/dtype.h"
 
 namespace posbias::detail {
-
-// v as T (float, bfloat16 or float16).
-template <typename T>
-inline T float_to(float v);
-template <>
-inline float float_to<float>(float v) {
-  return v;
-}
-template <>
-inline bfloat16 float_to<bfloat16>(float v) {
-  return to_bfloat16(v);
-}
-template <>
-inline float16 float_to<float16>(float v) {
-  return to_float16(v);
-}
 
 template <typename T>
 inline void store_floats_as(const float* src, std::size_t n, float mul, T* dst) {
