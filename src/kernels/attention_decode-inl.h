@@ -427,7 +427,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 // Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
 // more of the sequence's keys; the passes prefetch the row they will read
 // about kDecAheadBytes later (at least one row ahead, at most
-// kDecMaxAhead - 16 so that the key pass's target stays among them).
+// kDecMaxAhead - N so that the key pass's target, up to a group of N keys
+// further, stays among them).
 template <typename T>
 DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                           std::int64_t max_lim, bool values, std::int64_t* at,
@@ -437,8 +438,8 @@ DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std:
   DecRowOffsets(p, t, c0, max_lim, extra, values, at, w);
   DecRows<T> rows{static_cast<const T*>(values ? p.v : p.k), at,
                   (values ? p.v_stride : p.k_stride)[1]};
-  rows.ahead =
-      std::clamp<std::int64_t>((kDecAheadBytes + row_bytes - 1) / row_bytes, 1, kDecMaxAhead - 16);
+  rows.ahead = std::clamp<std::int64_t>((kDecAheadBytes + row_bytes - 1) / row_bytes, 1,
+                                        kDecMaxAhead - static_cast<std::int64_t>(kDecLanes));
   rows.avail = max_lim + extra;
   return rows;
 }
