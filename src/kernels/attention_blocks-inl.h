@@ -199,6 +199,30 @@ HWY_INLINE VF ExpFlushed(DF df, VF x) {
   return hn::IfThenElseZero(keep, hn::Mul(e, pow2n));
 }
 
+// SafeExp for x <= 0 or NaN only (x = a score minus a maximum it cannot
+// exceed, as on the register tile): no clamp is needed, so no Max, Min or
+// NaN test. A NaN x carries through the arithmetic to a NaN result; x below
+// -40 (-inf included) gives 0, whatever the arithmetic made of it.
+HWY_INLINE VF ExpNonPositive(DF df, VF x) {
+  const hn::RebindToSigned<DF> di;
+  const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
+  const VF magic = hn::Set(df, 12583039.0f);          // 1.5 * 2^23 + 127
+  const VF kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
+  const VF nf = hn::Sub(kn, magic);
+  VF r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), x);
+  r = hn::NegMulAdd(nf, hn::Set(df, -2.12194440054690583e-4f), r);
+  VF e = hn::Set(df, 1.0f / 5040.0f);
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 720.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 120.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 24.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 6.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 0.5f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
+  const VF pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
+  return hn::IfThenZeroElse(flush, hn::Mul(e, pow2n));
+}
+
 // ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
 // score (a NaN key, bias entry or +inf - +inf) when the row max is finite.
 HWY_INLINE VF SafeExp(DF df, VF x) { return hn::IfThenElse(hn::IsNaN(x), x, ExpFlushed(df, x)); }
@@ -614,7 +638,7 @@ template <int R, int V, bool kAlibi, bool kCap>
 HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
                               const float* HWY_RESTRICT kt, std::int64_t ld, float* HWY_RESTRICT s,
                               std::int64_t lds, const AlibiFold& fold, float softcap,
-                              float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                              float* HWY_RESTRICT m, float* HWY_RESTRICT l, float* HWY_RESTRICT lv,
                               float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R][V];
@@ -658,6 +682,8 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     const float m_new = std::max(m[r], row_max[r]);
     if (m_new == kAttnNegInf) {  // no finite score: the general update
       for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, srow + u * n);
+      l[r] += hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lv + r * n)));
+      hn::Store(hn::Zero(df), df, lv + r * n);
       std::int64_t lim = V * n;
       alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max[r], m[r], l[r]);
       continue;
@@ -666,11 +692,13 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     const VF vm = hn::Set(df, m_new);
     VF sum = hn::Zero(df);
     for (int u = 0; u < V; ++u) {
-      const VF e = SafeExp(df, hn::Sub(acc[r][u], vm));
+      const VF e = ExpNonPositive(df, hn::Sub(acc[r][u], vm));
       hn::Store(e, df, srow + u * n);
       sum = hn::Add(sum, e);
     }
-    l[r] = l[r] * a + hn::GetLane(hn::SumOfLanes(df, sum));
+    l[r] *= a;
+    const VF av = hn::Set(df, a);
+    hn::Store(hn::MulAdd(av, hn::Load(df, lv + r * n), sum), df, lv + r * n);
     m[r] = m_new;
     alpha[r] = a;
   }

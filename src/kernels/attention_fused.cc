@@ -83,6 +83,7 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
     w.m[x] = kAttnNegInf;
     w.l[x] = 0.0f;
+    hn::Store(hn::Zero(DF()), DF(), w.lv.get() + x * AttnLanes(DF()));
   }
   std::fill(w.o.get(), w.o.get() + t.rows * bl.dp, 0.0f);
   if (!t.use_pack) return;
@@ -237,10 +238,12 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     if (whole) {
       float* m = w.m.get() + rr;
       float* l = w.l.get() + rr;
+      float* lv = w.lv.get() + rr * AttnLanes(df);
       float* alpha = w.alpha.get() + rr;
       const auto tile = [&](auto alibi_tag, auto cap_tag) {
         QKSoftmaxTile<R, kAttnVecs, decltype(alibi_tag)::value, decltype(cap_tag)::value>(
-            df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols, fold, p.softcap, m, l, alpha);
+            df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols, fold, p.softcap, m, l, lv,
+            alpha);
       };
       const std::true_type yes;
       const std::false_type no;
@@ -517,6 +520,7 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
   const std::int64_t span = ref.kbs.end - ref.kbs.begin;
   RunTask(p, bl, t, ref.kbs.begin + span * split / bl.splits,
           ref.kbs.begin + span * (split + 1) / bl.splits, w);
+  for (std::int64_t x = 0; x < t.rows; ++x) FoldRowSums(DF(), w, x);
   if (bl.splits > 1) {
     const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
     std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));

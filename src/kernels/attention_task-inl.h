@@ -64,6 +64,9 @@ struct AttentionHeadPack {
 
 struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> row, q, kt, v, s, o, m, l, alpha, alibi_off;
+  // Per row, one vector of partial sums of l (the register softmax tile's
+  // sums, kept unreduced: l of the row is l + the sum of its lanes).
+  hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
   std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
@@ -79,6 +82,7 @@ struct AttentionWork {
         l(allocate_scratch<float>(bq, kWhat)),
         alpha(allocate_scratch<float>(bq, kWhat)),
         alibi_off(allocate_scratch<float>(bq, kWhat)),
+        lv(allocate_scratch<float>(bq * static_cast<std::int64_t>(hn::MaxLanes(DF())), kWhat)),
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
         keep(allocate_scratch<float>(bkp, kWhat)),
@@ -213,6 +217,14 @@ HWY_INLINE void PVRows(DF df, AttentionWork& w, std::int64_t r, const float* s, 
       });
 }
 
+// Row r's l with its vector of unreduced partial sums added in (and that
+// vector zero again).
+HWY_INLINE void FoldRowSums(DF df, AttentionWork& w, std::int64_t r) {
+  float* lv = w.lv.get() + r * AttnLanes(df);
+  w.l[r] += hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lv)));
+  hn::Store(hn::Zero(df), df, lv);
+}
+
 // Bias, mask and the online-softmax update of rows [r0, r1) of the task
 // over the block at key c0: their w.s rows become P, w.alpha the rescale
 // factors. SoftmaxBlock: every row.
@@ -224,6 +236,7 @@ void SoftmaxRows(DF df, const AttentionParams& p, const AttentionTask& t, std::i
     const std::int64_t qr = t.r0 + r % t.br;
     const RowBias rb = RowBiasOf(p, t.bb, t.hh + r / t.br, qr, TaskPosition(t, qr), c0, lim,
                                  /*alibi_from_first_key=*/true, t.alibi_fold);
+    FoldRowSums(df, w, r);
     const float row_max = BiasMaskMax(df, rb, cols, lim, srow, w.first[static_cast<std::size_t>(r)],
                                       p.key_mask != nullptr ? w.keep.get() : nullptr);
     w.alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max, w.m[r], w.l[r]);
