@@ -81,6 +81,9 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
             t.bb * p.q_stride[0] + (t.hh + x / t.br) * p.q_stride[1] +
                 (t.sq.q_row0 + t.r0 + x % t.br) * p.q_stride[2],
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
+    const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
+    w.vis_begin[static_cast<std::size_t>(x)] = kr.begin;
+    w.vis_end[static_cast<std::size_t>(x)] = kr.end;
     w.m[x] = kAttnNegInf;
     w.l[x] = 0.0f;
     hn::Store(hn::Zero(DF()), DF(), w.lv.get() + x * AttnLanes(DF()));
@@ -99,18 +102,17 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
 }
 
 // Visible keys [first, lim) of each row in the block [c0, c0 + bc) (as
-// offsets from c0; both 0 when none) into w.first, w.lim; returns the
-// largest lim.
-std::int64_t BlockLimits(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                         std::int64_t bc, AttentionWork& w) {
+// offsets from c0; both 0 when none) into w.first, w.lim, from the rows'
+// visible keys that StartTask found; returns the largest lim.
+std::int64_t BlockLimits(const AttentionTask& t, std::int64_t c0, std::int64_t bc,
+                         AttentionWork& w) {
   std::int64_t max_lim = 0;
-  for (std::int64_t x = 0; x < t.rows; ++x) {
-    const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
-    std::int64_t lim = std::clamp<std::int64_t>(kr.end - c0, 0, bc);
-    std::int64_t first = std::clamp<std::int64_t>(kr.begin - c0, 0, bc);
+  for (std::size_t x = 0; x < static_cast<std::size_t>(t.rows); ++x) {
+    std::int64_t lim = std::clamp<std::int64_t>(w.vis_end[x] - c0, 0, bc);
+    std::int64_t first = std::clamp<std::int64_t>(w.vis_begin[x] - c0, 0, bc);
     if (lim <= first) lim = first = 0;
-    w.lim[static_cast<std::size_t>(x)] = lim;
-    w.first[static_cast<std::size_t>(x)] = first;
+    w.lim[x] = lim;
+    w.first[x] = first;
     max_lim = std::max(max_lim, lim);
   }
   return max_lim;
@@ -130,8 +132,8 @@ bool BlockKeep(const AttentionParams& p, const AttentionTask& t, std::int64_t c0
   return any;
 }
 
-// Key rows [c0, c0 + keys) as K^T [d][ld] (zero columns up to ld) and V
-// [keys][dp] (zero past d).
+// Key rows [c0, c0 + keys) as K^T [d][ld] (zero columns up to ld) and,
+// unless P V reads them in place (vp null), V [keys][dp] (zero past d).
 void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                   std::int64_t c0, std::int64_t keys, std::int64_t ld, float* kt, float* vp,
                   float* tmp) {
@@ -150,15 +152,15 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
       hwy::Prefetch(row + b);
   };
   for (std::int64_t c = 0; c < keys; ++c) {
-    float* vrow = vp + c * dp;
+    float* vrow = vp != nullptr ? vp + c * dp : nullptr;
     if (far && c + kAhead < keys) {
       prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
-      prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
+      if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
     }
     if (c == 0 && far) {
       for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
         prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
-        prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
+        if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
       }
     }
     if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
@@ -168,6 +170,7 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
     }
     PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f, tmp);
     for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
+    if (vp == nullptr) continue;
     PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], d, 1.0f, vrow);
     for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
   }
@@ -176,11 +179,14 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   }
 }
 
-// A key block's operands for the blocked path: K^T [d][ld] and V [keys][dp].
+// A key block's operands for the blocked path: K^T [d][ld] and V [keys][dp]
+// (vp), or V's rows in place (v_rows, of p.kv_dtype, ldv elements apart).
 struct KeyBlockOperands {
   const float* kt;
   std::int64_t ld;
   const float* vp;
+  const void* v_rows = nullptr;
+  std::int64_t ldv = 0;
 };
 
 // Blocked: K^T and V of key block kb, from the head's shared packing or
@@ -201,6 +207,7 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
     kt = w.pack.kt.get() + kb * d * ld;
     vp = w.pack.v.get() + c0 * dp;
   }
+  if (t.v_in_place) vp = nullptr;
   if (!t.use_pack || !w.pack.ready[static_cast<std::size_t>(kb)]) {
     PackKeyBlock(p, t, dp, c0, keys, ld, kt, vp, w.row.get());
     if (t.use_pack) w.pack.ready[static_cast<std::size_t>(kb)] = 1;
@@ -211,7 +218,38 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
       w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
     }
   }
+  if (t.v_in_place) {
+    const std::int64_t at = t.v_base + c0 * p.v_stride[2];
+    return {kt, ld, nullptr,
+            static_cast<const char*>(p.v) + static_cast<std::size_t>(at) * dtype_size(p.kv_dtype),
+            p.v_stride[2]};
+  }
   return {kt, ld, vp};
+}
+
+// O = alpha O + P V for rows [rr, rr + R) of the task over the block.
+template <int R>
+HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocking& bl,
+                          const KeyBlockOperands& op, std::int64_t rr, std::int64_t cols,
+                          AttentionWork& w) {
+  if (op.v_rows == nullptr) {
+    PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, op.vp, bl.dp, bl.dp);
+    return;
+  }
+  switch (p.kv_dtype) {
+    case DType::kBFloat16:
+      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const bfloat16*>(op.v_rows),
+                           op.ldv, bl.dp);
+      break;
+    case DType::kFloat16:
+      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const float16*>(op.v_rows),
+                           op.ldv, bl.dp);
+      break;
+    default:
+      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const float*>(op.v_rows), op.ldv,
+                           bl.dp);
+      break;
+  }
 }
 
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
@@ -281,7 +319,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t c0 = kb * bl.bk;
     const std::int64_t bc = std::min(bl.bk, t.sq.j - c0);
-    const std::int64_t max_lim = BlockLimits(p, t, c0, bc, w);
+    const std::int64_t max_lim = BlockLimits(t, c0, bc, w);
     if (max_lim == 0) continue;
     // A block whose keys are all masked is skipped.
     if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) continue;
@@ -295,7 +333,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       constexpr int R = decltype(rows_tag)::value;
       if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))
         SoftmaxRows(df, p, t, c0, cols, rr, rr + R, w);
-      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, op.vp, bl.dp, bl.dp);
+      PVRowTile<R>(df, p, bl, op, rr, cols, w);
     });
   }
 }

@@ -68,6 +68,7 @@ struct AttentionWork {
   // sums, kept unreduced: l of the row is l + the sum of its lanes).
   hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
+  std::vector<std::int64_t> vis_begin, vis_end;  // per row: its visible keys of the sequence
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
   std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
   AttentionHeadPack pack;
@@ -85,6 +86,8 @@ struct AttentionWork {
         lv(allocate_scratch<float>(bq * static_cast<std::int64_t>(hn::MaxLanes(DF())), kWhat)),
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
+        vis_begin(static_cast<std::size_t>(bq)),
+        vis_end(static_cast<std::size_t>(bq)),
         keep(allocate_scratch<float>(bkp, kWhat)),
         k_at(static_cast<std::size_t>(bkp + kDecMaxAhead)),
         v_at(static_cast<std::size_t>(bkp + kDecMaxAhead)) {}
@@ -105,6 +108,7 @@ struct AttentionTask {
   bool use_pack = false;                    // the head's shared K^T / V packing
   bool alibi_fold = false;                  // the score tile adds ALiBi
   bool k_direct = false, v_direct = false;  // rows read in place, in their dtype
+  bool v_in_place = false;                  // blocked: P V reads the value rows in place
   float neg_slope = 0.0f;
 };
 
@@ -133,6 +137,13 @@ AttentionTask DescribeTask(const AttentionParams& p, const AttentionBlocking& bl
   // contiguous (any d, paged or not, masked or not).
   t.k_direct = p.k_stride[3] == 1;
   t.v_direct = p.v_stride[3] == 1;
+  // The blocked P V reads the value rows in place, in their dtype, too when
+  // a row is whole vectors (no column past d is read) at a fixed stride (a
+  // dense layout) and no key is masked (a masked key's row, NaN perhaps, is
+  // never read; the packing zeroes it). V was half the packing's bytes:
+  // the packing fell from 6.9% to 5.5% of a causal prefill's samples (Zen 5).
+  t.v_in_place = !t.direct && !paged && t.v_direct && p.key_mask == nullptr &&
+                 p.d % static_cast<std::int64_t>(hn::Lanes(DF())) == 0;
   return t;
 }
 

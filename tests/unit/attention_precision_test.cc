@@ -139,42 +139,46 @@ TEST(Precision, FullyMaskedRowsAreZerosInBothPaths) {
 // on every instruction set, on the decode path (i = 1, grouped heads, d
 // with a vector tail) and the blocked one (i = 9).
 TEST(Precision, SixteenBitCacheWithFloat32QueriesOnEveryTarget) {
+  // d = 43 packs the blocked path's value rows; d = 48 (whole vectors on
+  // every target) has P V read them in place, in their dtype.
   for (DType kvt : {DType::kFloat16, DType::kBFloat16}) {
     for (std::int64_t i : {1, 9}) {
-      const std::int64_t h = 4, hk = 2, j = 70, d = 43;
-      const Tensor q = random_tensor({1, h, i, d}, 1.0f, 71);
-      Tensor kf = random_tensor({1, hk, j, d}, 1.0f, 72);
-      Tensor vf = random_tensor({1, hk, j, d}, 1.0f, 73);
-      float* kp = kf.mutable_data<float>();
-      float* vp = vf.mutable_data<float>();
-      kp[5 * d + 1] = 3.0e-6f;                  // a float16 subnormal
-      vp[6 * d + 40] = 60000.0f;                // near float16's maximum, in the tail lanes
-      vp[(j + 11) * d + 2] = -5.0e-7f;          // kv head 1: another subnormal
-      kp[(j + 20) * d + 7] = std::nanf("");     // kv head 1: its query heads' rows are NaN
-      const Tensor k = kf.to(kvt), v = vf.to(kvt);
-      AttentionOptions opt;
-      const AttentionBias bias = AttentionBias::alibi(alibi_slopes(h));
-      const std::vector<float> want = attention_reference(q, k, v, bias, opt).to_float_vector();
-      for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
-        const Tensor out = attention_forward(q, k, v, bias, opt);
-        EXPECT_EQ(out.dtype(), DType::kFloat32);
-        SCOPED_TRACE(hwy::TargetName(target) + std::string(" ") + dtype_name(kvt) + " i " +
-                     std::to_string(i));
-        const std::vector<float> got = out.to_float_vector();
-        ASSERT_EQ(got.size(), want.size());
-        std::int64_t nans = 0;
-        for (std::size_t x = 0; x < got.size(); ++x) {
-          if (std::isnan(want[x])) {
-            ++nans;
-            EXPECT_TRUE(std::isnan(got[x])) << x;
-          } else {
-            EXPECT_NEAR(got[x], want[x], 1e-5 + 1e-4 * std::fabs(want[x])) << x;
+      for (std::int64_t d : {43, 48}) {
+        const std::int64_t h = 4, hk = 2, j = 70;
+        const Tensor q = random_tensor({1, h, i, d}, 1.0f, 71);
+        Tensor kf = random_tensor({1, hk, j, d}, 1.0f, 72);
+        Tensor vf = random_tensor({1, hk, j, d}, 1.0f, 73);
+        float* kp = kf.mutable_data<float>();
+        float* vp = vf.mutable_data<float>();
+        kp[5 * d + 1] = 3.0e-6f;               // a float16 subnormal
+        vp[6 * d + 40] = 60000.0f;             // near float16's maximum, in the tail lanes
+        vp[(j + 11) * d + 2] = -5.0e-7f;       // kv head 1: another subnormal
+        kp[(j + 20) * d + 7] = std::nanf("");  // kv head 1: its query heads' rows are NaN
+        const Tensor k = kf.to(kvt), v = vf.to(kvt);
+        AttentionOptions opt;
+        const AttentionBias bias = AttentionBias::alibi(alibi_slopes(h));
+        const std::vector<float> want = attention_reference(q, k, v, bias, opt).to_float_vector();
+        for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          const Tensor out = attention_forward(q, k, v, bias, opt);
+          EXPECT_EQ(out.dtype(), DType::kFloat32);
+          SCOPED_TRACE(hwy::TargetName(target) + std::string(" ") + dtype_name(kvt) + " i " +
+                       std::to_string(i) + " d " + std::to_string(d));
+          const std::vector<float> got = out.to_float_vector();
+          ASSERT_EQ(got.size(), want.size());
+          std::int64_t nans = 0;
+          for (std::size_t x = 0; x < got.size(); ++x) {
+            if (std::isnan(want[x])) {
+              ++nans;
+              EXPECT_TRUE(std::isnan(got[x])) << x;
+            } else {
+              EXPECT_NEAR(got[x], want[x], 1e-5 + 1e-4 * std::fabs(want[x])) << x;
+            }
           }
+          EXPECT_EQ(nans, 2 * i * d);  // query heads 2 and 3 see the NaN key
         }
-        EXPECT_EQ(nans, 2 * i * d);  // query heads 2 and 3 see the NaN key
+        hwy::SetSupportedTargetsForTest(0);
       }
-      hwy::SetSupportedTargetsForTest(0);
     }
   }
 }
