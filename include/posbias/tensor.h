@@ -121,6 +121,16 @@ class Tensor {
   DType dtype_ = DType::kFloat32;
 };
 
+/// Returns to the system the freed storage that posbias keeps for reuse,
+/// and returns its size in bytes. Storage of 4 MiB and up (mapped in 2 MiB
+/// huge pages) is not unmapped when its last Tensor goes: blocks of up to
+/// 64 MiB, 128 MiB in all, are kept and handed to the next Tensor::empty of
+/// the same rounded size (as malloc keeps freed heap memory), so a call
+/// that allocates its output each time does not fault it in again. Call
+/// this to give that memory back, e.g. after a model is unloaded.
+/// Thread-safe.
+std::size_t release_cached_storage();
+
 /// Formats a tensor the way PyTorch's `print(tensor)` does: nested brackets,
 /// a common number format (`0.`, `-0.2500` or scientific) chosen from the
 /// values, and, past 1000 elements, only the first and last 3 entries of each

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -23,6 +24,49 @@ TEST(Tensor, EmptyIsAlignedAndContiguous) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.raw_data()) % 64, 0u);
   EXPECT_EQ(Tensor().numel(), 0);
   EXPECT_THROW(Tensor::empty({2, -1}, DType::kFloat32), std::invalid_argument);
+}
+
+// Freed storage of 4 MiB and up is kept for the next tensor of the same
+// rounded size (blocks up to 64 MiB, 128 MiB in all), until
+// release_cached_storage gives it back.
+TEST(Tensor, LargeStorageIsKeptForReuseWithinItsBounds) {
+  release_cached_storage();
+  constexpr std::int64_t kMiB = 1 << 20;
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::empty({2 * kMiB}, DType::kFloat32);  // 8 MiB
+    first = a.raw_data();
+    a.mutable_data<float>()[5] = 3.0f;
+  }
+  {
+    // 7.5 MiB rounds to the same 4 huge pages: the kept block, 2 MiB aligned.
+    const Tensor b = Tensor::empty({15 * kMiB / 8}, DType::kFloat32);
+    EXPECT_EQ(b.raw_data(), first);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.raw_data()) % (2 * kMiB), 0U);
+    const Tensor c = Tensor::empty({2 * kMiB}, DType::kFloat32);  // b holds it: a new block
+    EXPECT_NE(c.raw_data(), first);
+  }
+  EXPECT_EQ(release_cached_storage(), static_cast<std::size_t>(16 * kMiB));
+  EXPECT_EQ(release_cached_storage(), 0U);
+  {  // three 64 MiB blocks: two are kept, the oldest goes back first
+    std::vector<Tensor> held;
+    for (int x = 0; x < 3; ++x) held.push_back(Tensor::empty({16 * kMiB}, DType::kFloat32));
+    const void* last = held[2].raw_data();
+    held.clear();
+    const Tensor again = Tensor::empty({16 * kMiB}, DType::kFloat32);
+    EXPECT_EQ(again.raw_data(), last);  // the newest of the same size
+  }
+  EXPECT_EQ(release_cached_storage(), static_cast<std::size_t>(128 * kMiB));
+  {  // above 64 MiB: unmapped at once
+    const Tensor big = Tensor::empty({17 * kMiB}, DType::kFloat32);
+    EXPECT_NE(big.raw_data(), nullptr);
+  }
+  EXPECT_EQ(release_cached_storage(), 0U);
+  {  // below 4 MiB: malloc's, not kept here
+    const Tensor small = Tensor::empty({kMiB - 1}, DType::kFloat32);
+    EXPECT_NE(small.raw_data(), nullptr);
+  }
+  EXPECT_EQ(release_cached_storage(), 0U);
 }
 
 TEST(Tensor, TransposeIsAView) {
