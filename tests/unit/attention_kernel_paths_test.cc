@@ -1,6 +1,7 @@
 // Kernel paths of the fused attention that the shape tests may not reach,
 // each against the naive double formula (attention_naive.h).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -112,6 +113,38 @@ TEST(AttentionKernelPaths, ForwardGroupedQuerySharedPacking) {
     ExpectForwardMatchesNaive(8, 2, 40, 200, 32, causal, 0.0f, PathBias::kAlibi, seed++);
     ExpectForwardMatchesNaive(6, 3, 33, 129, 20, causal, 0.0f, PathBias::kTable, seed++);
   }
+}
+
+// Dense prefill with several threads: each takes the tasks of whole kv
+// heads (its own first, then what is left of the others'), for kv head
+// counts that do and do not divide among 2 and 3 threads, grouped-query
+// too; every task runs once (the naive formula), and who ran which does
+// not change a bit (two calls agree).
+TEST(AttentionKernelPaths, ForwardThreadsTakeWholeKvHeads) {
+  const int saved = omp_get_max_threads();
+  std::uint32_t seed = 700;
+  struct Heads {
+    std::int64_t h, hk;
+  };
+  for (const int threads : {2, 3}) {
+    omp_set_num_threads(threads);
+    for (const Heads hh : {Heads{3, 3}, Heads{4, 4}, Heads{5, 5}, Heads{8, 2}, Heads{12, 3}}) {
+      for (const bool causal : {true, false}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads");
+        ExpectForwardMatchesNaive(hh.h, hh.hk, 300, 310, 16, causal, 0.0f, PathBias::kAlibi, seed);
+        const Tensor q = test::random_tensor({1, hh.h, 300, 16}, seed, -2.0f, 2.0f);
+        const Tensor k = test::random_tensor({1, hh.hk, 310, 16}, seed + 1, -2.0f, 2.0f);
+        const Tensor v = test::random_tensor({1, hh.hk, 310, 16}, seed + 2);
+        AttentionOptions opt;
+        opt.causal = causal;
+        const AttentionBias none = AttentionBias::none();
+        EXPECT_EQ(attention_forward(q, k, v, none, opt).to_float_vector(),
+                  attention_forward(q, k, v, none, opt).to_float_vector());
+        ++seed;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // Decode (the direct path) with K and V whose elements are not contiguous
