@@ -85,6 +85,8 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
     const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
     w.vis_begin[static_cast<std::size_t>(x)] = kr.begin;
     w.vis_end[static_cast<std::size_t>(x)] = kr.end;
+    w.vis_begin_max = x == 0 ? kr.begin : std::max(w.vis_begin_max, kr.begin);
+    w.vis_end_min = x == 0 ? kr.end : std::min(w.vis_end_min, kr.end);
     w.m[x] = kAttnNegInf;
     w.l[x] = 0.0f;
     hn::Store(hn::Zero(DF()), DF(), w.lv.get() + x * AttnLanes(DF()));
@@ -107,6 +109,12 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
 // visible keys that StartTask found; returns the largest lim.
 std::int64_t BlockLimits(const AttentionTask& t, std::int64_t c0, std::int64_t bc,
                          AttentionWork& w) {
+  const auto rows = static_cast<std::ptrdiff_t>(t.rows);
+  if (w.vis_begin_max <= c0 && w.vis_end_min >= c0 + bc) {  // every row sees the whole block
+    std::fill(w.lim.begin(), w.lim.begin() + rows, bc);
+    std::fill(w.first.begin(), w.first.begin() + rows, 0);
+    return bc;
+  }
   std::int64_t max_lim = 0;
   for (std::size_t x = 0; x < static_cast<std::size_t>(t.rows); ++x) {
     std::int64_t lim = std::clamp<std::int64_t>(w.vis_end[x] - c0, 0, bc);

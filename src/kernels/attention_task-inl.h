@@ -69,6 +69,7 @@ struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
   std::vector<std::int64_t> vis_begin, vis_end;  // per row: its visible keys of the sequence
+  std::int64_t vis_begin_max = 0, vis_end_min = 0;  // over the task's rows
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
   std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
   AttentionHeadPack pack;
