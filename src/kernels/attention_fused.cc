@@ -416,44 +416,6 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   return bl;
 }
 
-// Tasks per kv head (of a sequence) in a dense call's list, when threads
-// should take whole heads (0: take tasks one by one in list order). Each
-// thread packs the keys of the head it works on (the packing is per
-// thread): taking the tasks in list order, two threads shared a head and
-// both packed it, every head twice (the packing 5.5% of a causal prefill's
-// samples on a Zen 5, 3.75% with whole heads). Only where the runs are many
-// enough for each thread to have one.
-std::int64_t KvHeadRun(const AttentionParams& p, const AttentionBlocking& bl, std::size_t refs,
-                       int threads) {
-  if (threads < 2 || !bl.pack_heads || bl.bq <= kDirectRows || p.cu_q != nullptr ||
-      p.seqlen_k != nullptr) {
-    return 0;
-  }
-  const std::int64_t run = p.h / p.hk * ((p.i + bl.bq - 1) / bl.bq) * bl.splits;
-  const std::int64_t tasks = static_cast<std::int64_t>(refs) * bl.splits;
-  if (run <= 0 || tasks % run != 0 || tasks / run < threads) return 0;
-  return run;
-}
-
-// Runs every task of `claimed.size()` runs of `run` tasks once, over the
-// team: thread tid takes the tasks of runs tid, tid + nt, ... in order,
-// then helps with whatever is left of the others' (a task at a time; the
-// claims are atomic).
-template <typename F>
-void ForOwnRunsFirst(std::vector<std::atomic<std::int64_t>>& claimed, std::int64_t run, int tid,
-                     int nt, const F& f) {
-  const std::size_t runs = claimed.size();
-  const auto drain = [&](std::size_t u) {
-    for (std::int64_t n; (n = claimed[u].fetch_add(1, std::memory_order_relaxed)) < run;) {
-      f(static_cast<std::int64_t>(u) * run + n);
-    }
-  };
-  for (std::size_t u = static_cast<std::size_t>(tid); u < runs; u += static_cast<std::size_t>(nt)) {
-    drain(u);
-  }
-  for (std::size_t u = 0; u < runs; ++u) drain(u);
-}
-
 // One unit of work before the key split: a sequence, a group of hg query
 // heads (slot), a query block; and its key blocks.
 struct AttentionTaskRef {
@@ -511,6 +473,49 @@ std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const Attentio
                      });
   }
   return list;
+}
+
+// Where each thread should take whole kv heads: the first task of each run
+// of a kv head's tasks (of one sequence) in the list, and the end (empty:
+// take tasks one by one in list order). Each thread packs the keys of the
+// kv head it works on (the packing is per thread); taking the tasks in list
+// order, two threads shared a kv head and both packed it, every head twice
+// (the packing was 5.5% of a causal prefill's samples on a Zen 5, 3.75%
+// with whole heads). Only where the runs are enough for each thread to have
+// one.
+std::vector<std::int64_t> KvHeadRuns(const AttentionParams& p, const AttentionBlocking& bl,
+                                     const std::vector<AttentionTaskRef>& list, int threads) {
+  std::vector<std::int64_t> starts;
+  if (threads < 2 || !bl.pack_heads || bl.bq <= kDirectRows) return starts;
+  const std::int64_t group = p.h / p.hk;  // bl.hg is 1 here: a slot is a query head
+  for (std::size_t x = 0; x < list.size(); ++x) {
+    if (x == 0 || list[x].s != list[x - 1].s || list[x].slot / group != list[x - 1].slot / group) {
+      starts.push_back(static_cast<std::int64_t>(x) * bl.splits);
+    }
+  }
+  if (starts.size() < static_cast<std::size_t>(threads)) return {};
+  starts.push_back(static_cast<std::int64_t>(list.size()) * bl.splits);
+  return starts;
+}
+
+// Runs every task once over the team, in runs [starts[u], starts[u + 1]):
+// thread tid takes the tasks of runs tid, tid + nt, ... in order, then
+// helps with whatever is left of the others' (a task at a time; the claims
+// are atomic).
+template <typename F>
+void ForOwnRunsFirst(const std::vector<std::int64_t>& starts,
+                     std::vector<std::atomic<std::int64_t>>& claimed, int tid, int nt, const F& f) {
+  const std::size_t runs = claimed.size();
+  const auto drain = [&](std::size_t u) {
+    const std::int64_t len = starts[u + 1] - starts[u];
+    for (std::int64_t n; (n = claimed[u].fetch_add(1, std::memory_order_relaxed)) < len;) {
+      f(starts[u] + n);
+    }
+  };
+  for (std::size_t u = static_cast<std::size_t>(tid); u < runs; u += static_cast<std::size_t>(nt)) {
+    drain(u);
+  }
+  for (std::size_t u = 0; u < runs; ++u) drain(u);
 }
 
 // Where row x of a task goes: out and lse offsets.
@@ -684,11 +689,9 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   flops *= static_cast<double>(bl.bk) * static_cast<double>(bl.hg) * static_cast<double>(p.d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
 
-  // A dense call whose threads pack each head's keys: runs of a kv head's
-  // tasks (of each sequence), each thread taking its own runs first.
-  const std::int64_t run = KvHeadRun(p, bl, list.size(), parallel ? threads : 1);
-  std::vector<std::atomic<std::int64_t>> claimed(run > 0 ? static_cast<std::size_t>(tasks / run)
-                                                         : 0);
+  // Whole kv heads per thread where each thread packs a head's keys.
+  const std::vector<std::int64_t> runs = KvHeadRuns(p, bl, list, parallel ? threads : 1);
+  std::vector<std::atomic<std::int64_t>> claimed(runs.empty() ? 0 : runs.size() - 1);
   for (auto& c : claimed) c.store(0, std::memory_order_relaxed);
 
   // An allocation that fails on a thread is rethrown after the region (an
@@ -702,8 +705,8 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
       if (errors.failed()) return;
       errors.run([&] { RunOneTask(p, bl, list, task, parts, *work); });
     };
-    if (run > 0) {
-      ForOwnRunsFirst(claimed, run, omp_get_thread_num(), omp_get_num_threads(), one);
+    if (!runs.empty()) {
+      ForOwnRunsFirst(runs, claimed, omp_get_thread_num(), omp_get_num_threads(), one);
     } else {
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t task = 0; task < tasks; ++task) one(task);
