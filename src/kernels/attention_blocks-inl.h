@@ -177,15 +177,13 @@ inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_
 // |r| <= ln2 / 2 in two FMA steps (ln2 split so n ln2_hi is exact), and
 // e^r by its Taylor series to r^7 (truncation below 6e-9 relative): within
 // 2 ulp of exp.
-HWY_INLINE VF ExpFlushed(DF df, VF x) {
+// e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above.
+HWY_INLINE VF ExpInRange(DF df, VF x) {
   const hn::RebindToSigned<DF> di;
-  const VF lo = hn::Set(df, -40.0f);
-  const auto keep = hn::Ge(x, lo);  // false for NaN
-  const VF xc = hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f));
   const VF magic = hn::Set(df, 12583039.0f);  // 1.5 * 2^23 + 127
-  const VF kn = hn::MulAdd(xc, hn::Set(df, 1.44269504088896341f), magic);
+  const VF kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
   const VF nf = hn::Sub(kn, magic);
-  VF r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), xc);  // ln2_hi: 9 bits
+  VF r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), x);  // ln2_hi: 9 bits
   r = hn::NegMulAdd(nf, hn::Set(df, -2.12194440054690583e-4f), r);
   VF e = hn::Set(df, 1.0f / 5040.0f);
   e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 720.0f));
@@ -196,7 +194,15 @@ HWY_INLINE VF ExpFlushed(DF df, VF x) {
   e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
   e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
   const VF pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
-  return hn::IfThenElseZero(keep, hn::Mul(e, pow2n));
+  return hn::Mul(e, pow2n);
+}
+
+// The flushed exp described above: x clamped to [-40, 88], then 0 where x
+// was below -40 or NaN.
+HWY_INLINE VF ExpFlushed(DF df, VF x) {
+  const VF lo = hn::Set(df, -40.0f);
+  const auto keep = hn::Ge(x, lo);  // false for NaN
+  return hn::IfThenElseZero(keep, ExpInRange(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f))));
 }
 
 // SafeExp for x <= 0 or NaN only (x = a score minus a maximum it cannot
@@ -204,23 +210,8 @@ HWY_INLINE VF ExpFlushed(DF df, VF x) {
 // NaN test. A NaN x carries through the arithmetic to a NaN result; x below
 // -40 (-inf included) gives 0, whatever the arithmetic made of it.
 HWY_INLINE VF ExpNonPositive(DF df, VF x) {
-  const hn::RebindToSigned<DF> di;
   const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
-  const VF magic = hn::Set(df, 12583039.0f);          // 1.5 * 2^23 + 127
-  const VF kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
-  const VF nf = hn::Sub(kn, magic);
-  VF r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), x);
-  r = hn::NegMulAdd(nf, hn::Set(df, -2.12194440054690583e-4f), r);
-  VF e = hn::Set(df, 1.0f / 5040.0f);
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 720.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 120.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 24.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 6.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 0.5f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
-  const VF pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
-  return hn::IfThenZeroElse(flush, hn::Mul(e, pow2n));
+  return hn::IfThenZeroElse(flush, ExpInRange(df, x));
 }
 
 // ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
