@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,19 +37,23 @@ enum class PathBias : std::uint8_t { kNone, kAlibi, kTable, kDense };
 // formula, float32.
 void ExpectForwardMatchesNaive(std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
                                std::int64_t d, bool causal, float softcap, PathBias kind,
-                               std::uint32_t seed) {
-  SCOPED_TRACE("h " + std::to_string(h) + " hk " + std::to_string(hk) + " i " +
-               std::to_string(i) + " j " + std::to_string(j) + " d " + std::to_string(d) +
-               " causal " + std::to_string(causal) + " softcap " + std::to_string(softcap) +
-               " bias " + std::to_string(static_cast<int>(kind)));
+                               std::uint32_t seed, AttentionWindow window = {}) {
+  SCOPED_TRACE("h " + std::to_string(h) + " hk " + std::to_string(hk) + " i " + std::to_string(i) +
+               " j " + std::to_string(j) + " d " + std::to_string(d) + " causal " +
+               std::to_string(causal) + " softcap " + std::to_string(softcap) + " bias " +
+               std::to_string(static_cast<int>(kind)) + " window " + std::to_string(window.left) +
+               " " + std::to_string(window.right));
   const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
   const Tensor k = test::random_tensor({1, hk, j, d}, seed + 1, -2.0f, 2.0f);
   const Tensor v = test::random_tensor({1, hk, j, d}, seed + 2);
   test::NaiveSeq a = DenseNaive(q, k, v, h, hk, i, j, d, causal);
   a.softcap = softcap;
+  a.left = window.left;
+  a.right = window.right;
   AttentionOptions opt;
   opt.causal = causal;
   opt.softcap = softcap;
+  opt.window = window;
   std::mt19937 gen(seed + 3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   AttentionBias bias;
@@ -87,6 +92,53 @@ TEST(AttentionKernelPaths, ForwardRowTileRemainders) {
       ExpectForwardMatchesNaive(2, 2, i, i + 70, 24, causal, 0.0f, PathBias::kAlibi, seed++);
       ExpectForwardMatchesNaive(1, 1, i, i + 3, 8, causal, 0.0f, PathBias::kNone, seed++);
     }
+  }
+}
+
+// Row tiles that see part of a 64-key block (the causal diagonal, a
+// window's edges, rows before the first key) take the general row pass,
+// next to tiles over whole blocks on the registers; with and without ALiBi
+// and a soft-cap, in blocks of 64 keys (i, j >= 128).
+TEST(AttentionKernelPaths, ForwardPartialTilesNextToWholeOnes) {
+  std::uint32_t seed = 900;
+  for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi}) {
+    for (const float cap : {0.0f, 20.0f}) {
+      ExpectForwardMatchesNaive(2, 1, 200, 200, 16, true, cap, kind, seed++);
+      ExpectForwardMatchesNaive(2, 2, 130, 260, 24, true, cap, kind, seed++);
+      ExpectForwardMatchesNaive(1, 1, 300, 150, 16, true, cap, kind, seed++);  // rows before key 0
+      ExpectForwardMatchesNaive(2, 2, 256, 256, 16, false, cap, kind, seed++,
+                                AttentionWindow{40, 7});
+      ExpectForwardMatchesNaive(1, 1, 200, 200, 16, true, cap, kind, seed++,
+                                AttentionWindow{100, 0});
+    }
+  }
+}
+
+// A row whose scores over a whole 64-key block are all -inf (a -inf in
+// every key of the block where the query is positive) before it has seen a
+// finite score: the block adds nothing to it, and the later block's keys
+// set its output.
+TEST(AttentionKernelPaths, ForwardBlockOfMinusInfScoresAddsNothing) {
+  const std::int64_t i = 12, j = 128, d = 16;
+  Tensor q = test::random_tensor({1, 1, i, d}, 950, -1.0f, 1.0f);
+  Tensor k = test::random_tensor({1, 1, j, d}, 951, -1.0f, 1.0f);
+  const Tensor v = test::random_tensor({1, 1, j, d}, 952);
+  for (std::int64_t r = 0; r < i; ++r) q.mutable_data<float>()[r * d] = 1.5f;
+  for (std::int64_t c = 0; c < 64; ++c) {
+    k.mutable_data<float>()[c * d] = -std::numeric_limits<float>::infinity();
+  }
+  for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi}) {
+    test::NaiveSeq a = DenseNaive(q, k, v, 1, 1, i, j, d, false);
+    AttentionBias bias;
+    if (kind == PathBias::kAlibi) {
+      a.slopes = {0.25f};
+      bias = AttentionBias::alibi(a.slopes);
+    }
+    const test::NaiveOut want = test::naive_attention(a);
+    const std::vector<float> wantf(want.out.begin(), want.out.end());
+    test::expect_close(attention_forward(q, k, v, bias, AttentionOptions{}).to_float_vector(),
+                       wantf, "attention_forward", test::naive_atol(DType::kFloat32),
+                       test::naive_rtol(DType::kFloat32));
   }
 }
 
