@@ -76,21 +76,36 @@ HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes) {
   for (std::int64_t x = 0; x < bytes; x += 64) hwy::Prefetch(b + x);
 }
 
-// Lane u of the result: the sum of the lanes of acc[u] (kDecLanes vectors).
-// Pairs of vectors become one of their pairwise sums (even + odd lanes),
-// halving the count per level: log2(N) levels, N - 1 steps for N sums.
-HWY_INLINE VF DecLaneSums(DF df, VF* acc) {
+// Node i of level L of the transpose-add tree over acc: level 0 is acc[i];
+// a node of level L merges nodes 2i + 1 and 2i of level L - 1 into one
+// vector of their pairwise sums (even + odd lanes), so the top node's lane
+// u is the sum of the lanes of acc[u]. Evaluated depth first, so that few
+// partial vectors are live at once: level by level, the 16 accumulators
+// of a tile went through the stack (a store and a reload each).
+#if HWY_TARGET != HWY_SCALAR
+template <int L>
+HWY_INLINE VF DecTreeNode(DF df, const VF* acc, std::size_t i) {
+  if constexpr (L == 0) {
+    (void)df;
+    return acc[i];
+  } else {
+    const VF hi = DecTreeNode<L - 1>(df, acc, 2 * i + 1);
+    const VF lo = DecTreeNode<L - 1>(df, acc, 2 * i);
+    return hn::Add(hn::ConcatEven(df, hi, lo), hn::ConcatOdd(df, hi, lo));
+  }
+}
+#endif
+
+constexpr int DecLog2(std::size_t n) { return n <= 1 ? 0 : 1 + DecLog2(n / 2); }
+
+// Lane u of the result: the sum of the lanes of acc[u] (kDecLanes vectors),
+// N - 1 merges for N sums.
+HWY_INLINE VF DecLaneSums(DF df, const VF* acc) {
 #if HWY_TARGET == HWY_SCALAR
   (void)df;
   return acc[0];
 #else
-  for (std::size_t width = kDecLanes; width > 1; width /= 2) {
-    for (std::size_t u = 0; u < width / 2; ++u) {
-      acc[u] = hn::Add(hn::ConcatEven(df, acc[2 * u + 1], acc[2 * u]),
-                       hn::ConcatOdd(df, acc[2 * u + 1], acc[2 * u]));
-    }
-  }
-  return acc[0];
+  return DecTreeNode<DecLog2(kDecLanes)>(df, acc, 0);
 #endif
 }
 
@@ -150,24 +165,35 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::size_t kKeys = kDecLanes / R;
   static_assert(R > 1 && kKeys * R == kDecLanes, "R > 1 divides the lanes");
-  VF acc[kDecLanes];  // acc[row * kKeys + key]: the sums come out row by row
-  for (auto& a : acc) a = hn::Zero(df);
   if (pf != nullptr) {
     for (std::size_t u = 0; u < kKeys; ++u) {
       DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
     }
   }
   const std::int64_t whole = d - d % n;
-  for (std::int64_t x = 0; x < whole; x += n) {
-    VF qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d + x);
-    for (std::size_t u = 0; u < kKeys; ++u) {
-      const VF kv = LoadWide(df, kr[u] + x);
-      for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
+  HWY_ALIGN float out[kDecLanes] = {};
+  if (whole > 0) {
+    // The first vector sets the sums (no zeroed start): with a path on
+    // which the loop ran no times, the sums went through the stack.
+    VF acc[kDecLanes];  // acc[row * kKeys + key]: the sums come out row by row
+    {
+      VF qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d);
+      for (std::size_t u = 0; u < kKeys; ++u) {
+        const VF kv = LoadWide(df, kr[u]);
+        for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::Mul(qv[r], kv);
+      }
     }
+    for (std::int64_t x = n; x < whole; x += n) {
+      VF qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d + x);
+      for (std::size_t u = 0; u < kKeys; ++u) {
+        const VF kv = LoadWide(df, kr[u] + x);
+        for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
+      }
+    }
+    hn::Store(DecLaneSums(df, acc), df, out);
   }
-  HWY_ALIGN float out[kDecLanes];
-  hn::Store(DecLaneSums(df, acc), df, out);
   if (whole == d) {  // each row's kKeys scores in one copy (not one store per score)
     for (int r = 0; r < R; ++r) std::memcpy(s + r * lds, out + r * kKeys, sizeof(float) * kKeys);
     return;
