@@ -9,6 +9,7 @@
 //                 scores with the mask of the keys it cannot see (-inf), and
 //                 the row max
 //   OnlineSoftmaxRow (forward)   p = exp(s - m_new), rescale factor, sum
+//                 (the exp itself: attention_exp-inl.h)
 //   MulAddRows    C (=, +=, = alpha C +) A B over strided A: P V and the
 //                 backward's gradient products
 //
@@ -33,6 +34,7 @@
 #include <type_traits>
 
 #include "checks.h"
+#include "kernels/attention_exp-inl.h"
 #include "kernels/attention_params.h"
 #include "posbias/dtype.h"
 
@@ -161,62 +163,6 @@ inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_
       detail::unsupported_dtype("attention", dt);
   }
 }
-
-// exp(x) for x = score - row max (or - lse) <= 0, flushed to 0 below -40
-// (and for -inf and NaN). Every row has one term exp(0) = 1, so terms below
-// e^-40 = 4e-18 change neither the sum nor the output in float32; flushing
-// them keeps subnormal numbers (which x86 handles in microcode at ~100
-// cycles each) out of the P V products, where far-away ALiBi keys (x around
-// -1000) would otherwise produce them all the time.
-//
-// Its own exp, not hn::Exp: on [-40, 88] the result needs no range checks
-// and 2^n one exponent shift, so it is 16 operations where hn::Exp with the
-// flush took about 30 (the softmax pass is one exp per score). x = n ln2 + r
-// with n = round(x / ln2) (the rounding by adding 1.5 2^23 + 127, whose low
-// bits are then n + 127: shifted into the exponent field they are 2^n),
-// |r| <= ln2 / 2 in two FMA steps (ln2 split so n ln2_hi is exact), and
-// e^r by its Taylor series to r^7 (truncation below 6e-9 relative): within
-// 2 ulp of exp.
-// e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above.
-HWY_INLINE VF ExpInRange(DF df, VF x) {
-  const hn::RebindToSigned<DF> di;
-  const VF magic = hn::Set(df, 12583039.0f);  // 1.5 * 2^23 + 127
-  const VF kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
-  const VF nf = hn::Sub(kn, magic);
-  VF r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), x);  // ln2_hi: 9 bits
-  r = hn::NegMulAdd(nf, hn::Set(df, -2.12194440054690583e-4f), r);
-  VF e = hn::Set(df, 1.0f / 5040.0f);
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 720.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 120.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 24.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 6.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 0.5f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
-  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
-  const VF pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
-  return hn::Mul(e, pow2n);
-}
-
-// The flushed exp described above: x clamped to [-40, 88], then 0 where x
-// was below -40 or NaN.
-HWY_INLINE VF ExpFlushed(DF df, VF x) {
-  const VF lo = hn::Set(df, -40.0f);
-  const auto keep = hn::Ge(x, lo);  // false for NaN
-  return hn::IfThenElseZero(keep, ExpInRange(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f))));
-}
-
-// SafeExp for x <= 0 or NaN only (x = a score minus a maximum it cannot
-// exceed, as on the register tile): no clamp is needed, so no Max, Min or
-// NaN test. A NaN x carries through the arithmetic to a NaN result; x below
-// -40 (-inf included) gives 0, whatever the arithmetic made of it.
-HWY_INLINE VF ExpNonPositive(DF df, VF x) {
-  const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
-  return hn::IfThenZeroElse(flush, ExpInRange(df, x));
-}
-
-// ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
-// score (a NaN key, bias entry or +inf - +inf) when the row max is finite.
-HWY_INLINE VF SafeExp(DF df, VF x) { return hn::IfThenElse(hn::IsNaN(x), x, ExpFlushed(df, x)); }
 
 // ALiBi folded into the score tile's store: row r of the tile adds
 // neg_slope * |x + lane - row_off[r]| to column x + lane, where row_off[r] is

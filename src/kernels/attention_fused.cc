@@ -35,7 +35,8 @@
 // The per-block steps (packing, the score tile, bias and mask, the online
 // softmax update, the P V product) are in attention_blocks-inl.h, shared
 // with the backward; the visible keys and the key blocks a query block
-// visits in attention_params.h.
+// visits in attention_params.h; the call's plan (blocking, the task list,
+// how the threads share it) in attention_plan-inl.h.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
@@ -63,6 +64,7 @@
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_decode-inl.h"
+#include "kernels/attention_plan-inl.h"
 #include "kernels/attention_task-inl.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
@@ -359,163 +361,6 @@ float AttentionRowLse(const AttentionParams& p, std::int64_t s, std::int64_t hh,
     lse += slope_of(p, s, hh) * static_cast<float>(qpos);
   }
   return lse;
-}
-
-AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
-                               std::int64_t splits, std::int64_t base_tasks_hg1, int threads) {
-  const DF df;
-  AttentionBlocking bl;
-  bl.dp = AttnRoundUp(df, p.d);
-  bl.bq = std::min(block_q, p.i);
-  bl.bk = std::max<std::int64_t>(1, std::min(block_k, p.j));
-  bl.bkp = AttnRoundUp(df, bl.bk);
-  bl.nqb = (p.i + bl.bq - 1) / bl.bq;
-  bl.nkb = (p.j + bl.bk - 1) / bl.bk;
-  // Grouped-query decode: one task reads a kv head's keys and values once
-  // for as many of its query heads as fit in kMaxGroupRows rows (a divisor
-  // of the group, so a task never straddles two kv heads).
-  const std::int64_t group = p.h / p.hk;
-  bl.hg = 1;
-  if (bl.bq <= kDirectRows) {
-    for (std::int64_t g = group; g > 1; --g) {
-      if (group % g == 0 && g * bl.bq <= kMaxGroupRows) {
-        bl.hg = g;
-        break;
-      }
-    }
-    // kv heads side by side within a key position (a paged cache, [blocks,
-    // block_size, hk, d]): a task takes several whole kv heads, so that it
-    // reads a position's heads together (contiguous bytes) instead of one
-    // row per hk * d elements, a TLB miss per row (0.29 of contiguous).
-    if (bl.hg == group && p.k_stride[1] < p.k_stride[2] && p.v_stride[1] < p.v_stride[2] &&
-        p.k_stride[3] == 1 && p.v_stride[3] == 1 && p.key_mask == nullptr) {
-      for (std::int64_t m = p.hk; m > 1; --m) {
-        if (p.hk % m == 0 && m * group * bl.bq <= kMaxGroupRows) {
-          bl.hg = m * group;
-          break;
-        }
-      }
-    }
-  }
-  const std::int64_t base_tasks = base_tasks_hg1 / bl.hg;
-  if (splits <= 0) {
-    splits = 1;
-    if (base_tasks < threads && bl.nkb >= 2) {
-      splits = std::min<std::int64_t>(bl.nkb, (2 * threads + base_tasks - 1) / base_tasks);
-    }
-  }
-  bl.splits =
-      std::min<std::int64_t>(std::max<std::int64_t>(splits, 1), std::max<std::int64_t>(bl.nkb, 1));
-  // Shared when a thread may run more than one task of a kv head: several
-  // query blocks or key splits, or several query heads on one kv head
-  // (grouped-query prefill: consecutive tasks are the group's heads).
-  bl.pack_heads = bl.nqb * bl.splits * (group / bl.hg) > 1 && 4.0 * static_cast<double>(bl.nkb) *
-                                                    static_cast<double>(bl.bkp) *
-                                                    static_cast<double>(p.d + bl.dp) <=
-                                                kMaxPackBytes;
-  return bl;
-}
-
-// One unit of work before the key split: a sequence, a group of hg query
-// heads (slot), a query block; and its key blocks.
-struct AttentionTaskRef {
-  std::int64_t s = 0, slot = 0, qb = 0;
-  BlockRange kbs;
-  double cost = 0.0;
-};
-
-// The key blocks that rows [r0, r0 + br) of sequence sq visit: from the
-// first row's first visible key to the last row's last (visible ranges
-// only move forwards with the position), so blocks outside a causal or
-// window band are never touched.
-BlockRange TaskKeyBlocks(const AttentionParams& p, const Sequence& sq, std::int64_t r0,
-                         std::int64_t br, std::int64_t bk) {
-  const KeyRange first = visible_keys(p, sq.j, sq.q_offset + r0);
-  const KeyRange last = visible_keys(p, sq.j, sq.q_offset + r0 + br - 1);
-  if (last.end <= first.begin) return {0, 0};
-  return {first.begin / bk, (last.end + bk - 1) / bk};
-}
-
-// Every task of the call. Within a sequence: head-major, the largest
-// (last) query blocks of a head first, so a thread's consecutive tasks share
-// the head's packed keys. Ragged calls (varlen, KV cache): sequences by
-// their work, most first, so the long ones start at once and the short ones
-// fill in (no barrier per sequence); a sequence without rows has no task.
-// (Sorting the tasks themselves longest first interleaved the heads of a
-// sequence, so every task packed its keys again.)
-std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const AttentionBlocking& bl) {
-  std::vector<AttentionTaskRef> list;
-  std::vector<double> work(static_cast<std::size_t>(p.b), 0.0);  // per sequence
-  const std::int64_t slots = p.h / bl.hg;
-  for (std::int64_t s = 0; s < p.b; ++s) {
-    const Sequence sq = sequence(p, s);
-    const std::int64_t nqb = (sq.i + bl.bq - 1) / bl.bq;
-    for (std::int64_t slot = 0; slot < slots; ++slot) {
-      for (std::int64_t q = 0; q < nqb; ++q) {
-        AttentionTaskRef t;
-        t.s = s;
-        t.slot = slot;
-        t.qb = nqb - 1 - q;
-        const std::int64_t r0 = t.qb * bl.bq;
-        const std::int64_t br = std::min(bl.bq, sq.i - r0);
-        t.kbs = TaskKeyBlocks(p, sq, r0, br, bl.bk);
-        t.cost = static_cast<double>(br) * static_cast<double>(t.kbs.end - t.kbs.begin + 1);
-        work[static_cast<std::size_t>(s)] += t.cost;
-        list.push_back(t);
-      }
-    }
-  }
-  if (p.cu_q != nullptr || p.seqlen_k != nullptr) {
-    std::stable_sort(list.begin(), list.end(),
-                     [&work](const AttentionTaskRef& a, const AttentionTaskRef& b) {
-                       return work[static_cast<std::size_t>(a.s)] >
-                              work[static_cast<std::size_t>(b.s)];
-                     });
-  }
-  return list;
-}
-
-// Where each thread should take whole kv heads: the first task of each run
-// of a kv head's tasks (of one sequence) in the list, and the end (empty:
-// take tasks one by one in list order). Each thread packs the keys of the
-// kv head it works on (the packing is per thread); taking the tasks in list
-// order, two threads shared a kv head and both packed it, every head twice
-// (the packing was 5.5% of a causal prefill's samples on a Zen 5, 3.75%
-// with whole heads). Only where the runs are enough for each thread to have
-// one.
-std::vector<std::int64_t> KvHeadRuns(const AttentionParams& p, const AttentionBlocking& bl,
-                                     const std::vector<AttentionTaskRef>& list, int threads) {
-  std::vector<std::int64_t> starts;
-  if (threads < 2 || !bl.pack_heads || bl.bq <= kDirectRows) return starts;
-  const std::int64_t group = p.h / p.hk;  // bl.hg is 1 here: a slot is a query head
-  for (std::size_t x = 0; x < list.size(); ++x) {
-    if (x == 0 || list[x].s != list[x - 1].s || list[x].slot / group != list[x - 1].slot / group) {
-      starts.push_back(static_cast<std::int64_t>(x) * bl.splits);
-    }
-  }
-  if (starts.size() < static_cast<std::size_t>(threads)) return {};
-  starts.push_back(static_cast<std::int64_t>(list.size()) * bl.splits);
-  return starts;
-}
-
-// Runs every task once over the team, in runs [starts[u], starts[u + 1]):
-// thread tid takes the tasks of runs tid, tid + nt, ... in order, then
-// helps with whatever is left of the others' (a task at a time; the claims
-// are atomic).
-template <typename F>
-void ForOwnRunsFirst(const std::vector<std::int64_t>& starts,
-                     std::vector<std::atomic<std::int64_t>>& claimed, int tid, int nt, const F& f) {
-  const std::size_t runs = claimed.size();
-  const auto drain = [&](std::size_t u) {
-    const std::int64_t len = starts[u + 1] - starts[u];
-    for (std::int64_t n; (n = claimed[u].fetch_add(1, std::memory_order_relaxed)) < len;) {
-      f(starts[u] + n);
-    }
-  };
-  for (std::size_t u = static_cast<std::size_t>(tid); u < runs; u += static_cast<std::size_t>(nt)) {
-    drain(u);
-  }
-  for (std::size_t u = 0; u < runs; ++u) drain(u);
 }
 
 // Where row x of a task goes: out and lse offsets.

@@ -1,0 +1,88 @@
+// Internal, per instruction set: the softmax's exp, as the attention
+// kernels (attention_blocks-inl.h and the files that include it) use it:
+// ExpInRange (the arithmetic), ExpFlushed (clamped, tiny terms and NaN
+// flushed to 0), ExpNonPositive (for x <= 0 only: no clamp), SafeExp
+// (flushed, but NaN stays NaN).
+// Per-target include guard (Highway's toggle idiom).
+#if defined(POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_
+#undef POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_
+#else
+#define POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// exp(x) for x = score - row max (or - lse) <= 0, flushed to 0 below -40
+// (and for -inf and NaN). Every row has one term exp(0) = 1, so terms below
+// e^-40 = 4e-18 change neither the sum nor the output in float32; flushing
+// them keeps subnormal numbers (which x86 handles in microcode at ~100
+// cycles each) out of the P V products, where far-away ALiBi keys (x around
+// -1000) would otherwise produce them all the time.
+//
+// Its own exp, not hn::Exp: on [-40, 88] the result needs no range checks
+// and 2^n one exponent shift, so it is 16 operations where hn::Exp with the
+// flush took about 30 (the softmax pass is one exp per score). x = n ln2 + r
+// with n = round(x / ln2) (the rounding by adding 1.5 2^23 + 127, whose low
+// bits are then n + 127: shifted into the exponent field they are 2^n),
+// |r| <= ln2 / 2 in two FMA steps (ln2 split so n ln2_hi is exact), and
+// e^r by its Taylor series to r^7 (truncation below 6e-9 relative): within
+// 2 ulp of exp.
+// e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpInRange(D df, V x) {
+  const hn::RebindToSigned<D> di;
+  const V magic = hn::Set(df, 12583039.0f);  // 1.5 * 2^23 + 127
+  const V kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
+  const V nf = hn::Sub(kn, magic);
+  V r = hn::NegMulAdd(nf, hn::Set(df, 0.693359375f), x);  // ln2_hi: 9 bits
+  r = hn::NegMulAdd(nf, hn::Set(df, -2.12194440054690583e-4f), r);
+  V e = hn::Set(df, 1.0f / 5040.0f);
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 720.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 120.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 24.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f / 6.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 0.5f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
+  e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
+  const V pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
+  return hn::Mul(e, pow2n);
+}
+
+// The flushed exp described above: x clamped to [-40, 88], then 0 where x
+// was below -40 or NaN.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpFlushed(D df, V x) {
+  const V lo = hn::Set(df, -40.0f);
+  const auto keep = hn::Ge(x, lo);  // false for NaN
+  return hn::IfThenElseZero(keep, ExpInRange(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f))));
+}
+
+// SafeExp for x <= 0 or NaN only (x = a score minus a maximum it cannot
+// exceed, as on the register tile): no clamp is needed, so no Max, Min or
+// NaN test. A NaN x carries through the arithmetic to a NaN result; x below
+// -40 (-inf included) gives 0, whatever the arithmetic made of it.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpNonPositive(D df, V x) {
+  const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
+  return hn::IfThenZeroElse(flush, ExpInRange(df, x));
+}
+
+// ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
+// score (a NaN key, bias entry or +inf - +inf) when the row max is finite.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V SafeExp(D df, V x) {
+  return hn::IfThenElse(hn::IsNaN(x), x, ExpFlushed(df, x));
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_ toggle
