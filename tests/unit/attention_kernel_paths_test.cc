@@ -1,6 +1,7 @@
 // Kernel paths of the fused attention that the shape tests may not reach,
 // each against the naive double formula (attention_naive.h).
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 #include <omp.h>
 
 #include <cmath>
@@ -79,6 +80,28 @@ void ExpectForwardMatchesNaive(std::int64_t h, std::int64_t hk, std::int64_t i, 
   test::expect_close(attention_forward(q, k, v, bias, opt).to_float_vector(), wantf,
                      "attention_forward", test::naive_atol(DType::kFloat32),
                      test::naive_rtol(DType::kFloat32));
+}
+
+// The decode path's score pass over d: one query row per head
+// (multi-head, and a group of 3 that takes no 4-row tile) holds q in
+// registers 8 vectors at a time (4 on AVX2), then single vectors, then the
+// last d % lanes elements one by one; grouped-query tiles of 4 rows. d
+// below one vector, whole chunks, chunks and a remainder, two chunks; one
+// and three query rows; two key blocks of 256; on every instruction set.
+TEST(AttentionKernelPaths, DecodeScoresOverEveryChunkOfD) {
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::uint32_t seed = 1100;
+    for (const std::int64_t d : {7, 16, 100, 128, 144, 200, 256, 272}) {
+      for (const std::int64_t i : {1, 3}) {
+        ExpectForwardMatchesNaive(2, 2, i, 300, d, true, 0.0f, PathBias::kAlibi, seed++);
+        ExpectForwardMatchesNaive(3, 1, i, 300, d, true, 0.0f, PathBias::kNone, seed++);
+        ExpectForwardMatchesNaive(8, 2, i, 300, d, true, 0.0f, PathBias::kAlibi, seed++);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Query blocks of 5 to 17 rows (the blocked path starts at 5): every
