@@ -12,7 +12,12 @@
 // h 16, i = j = 2048, d 64). Prints the calls made and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
 // in L2 or L3 shows the kernel's arithmetic rate without the memory).
+// --target NAME (Highway's name: AVX2, AVX3, AVX3_ZEN4, ...) runs the
+// kernels of that instruction set only, if this CPU has it: an AVX-512
+// machine can profile the AVX2 code.
 // Build tree only (not installed).
+#include <hwy/targets.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <iomanip>
@@ -49,7 +54,8 @@ const std::map<std::string, LoopCase>& loop_cases() {
 }
 
 int usage() {
-  std::cerr << "usage: posbias-attention-loop CASE [--seconds S] [--keys J]; cases:";
+  std::cerr
+      << "usage: posbias-attention-loop CASE [--seconds S] [--keys J] [--target NAME]; cases:";
   for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
   std::cerr << "\n";
   return 2;
@@ -62,9 +68,27 @@ int main(int argc, char** argv) {
   const auto it = loop_cases().find(argv[1]);
   if (it == loop_cases().end()) return usage();
   double seconds = 10;
+  std::string target;  // empty: the best this CPU has
   LoopCase c = it->second;
   for (int a = 2; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
+    if (flag == "--target") {
+      std::int64_t chosen = 0;
+      for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+        if (std::string(hwy::TargetName(t)) == argv[a + 1]) chosen = t;
+      }
+      if (chosen == 0) {
+        std::cerr << "no target " << argv[a + 1] << " here; this CPU and build have:";
+        for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+          std::cerr << " " << hwy::TargetName(t);
+        }
+        std::cerr << "\n";
+        return 2;
+      }
+      hwy::SetSupportedTargetsForTest(chosen);
+      target = argv[a + 1];
+      continue;
+    }
     char* end = nullptr;
     const double value = std::strtod(argv[a + 1], &end);
     if (end == argv[a + 1] || *end != '\0' || !(value > 0)) return usage();
@@ -107,6 +131,7 @@ int main(int argc, char** argv) {
   std::cout << argv[1] << ": " << calls << " calls, " << elapsed * 1e3 / static_cast<double>(calls)
             << " ms each (q " << posbias::dtype_name(in.q.dtype()) << ", k and v "
             << posbias::dtype_name(in.k.dtype()) << ", j " << c.j;
+  if (!target.empty()) std::cout << ", " << target;
   if (c.i == 1) {  // decode: the rate at which K and V were read
     std::cout << ", "
               << static_cast<double>(in.k.numel() * posbias::dtype_size(in.k.dtype())) * 2 /
