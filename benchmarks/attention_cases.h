@@ -86,6 +86,11 @@ void varlen_cases(const BenchOptions& o, std::vector<CaseResult>& out);
 // Issue 17's paged KV caches (kvcache_cases.cc): decode and chunked append.
 void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out);
 
+// The paged decode case's call on its own (for posbias-attention-loop):
+// sets kv_bytes to the bytes of K and V its cache holds (every block is
+// one of the sequences').
+std::function<void()> paged_decode_call(std::size_t& kv_bytes);
+
 }  // namespace posbias::bench
 
 #endif  // POSBIAS_BENCHMARKS_ATTENTION_CASES_H_

@@ -9,7 +9,9 @@
 // Cases: decode_f32, decode_gqa, decode_f16, decode_bf16 (h 32, j 32768,
 // d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
 // else in the cache's dtype), prefill_causal, prefill_noncausal (ALiBi,
-// h 16, i = j = 2048, d 64). Prints the calls made and their mean time.
+// h 16, i = j = 2048, d 64), paged_decode (the bench's
+// paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the calls made
+// and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
 // in L2 or L3 shows the kernel's arithmetic rate without the memory).
 // --target NAME (Highway's name: AVX2, AVX3, AVX3_ZEN4, ...) runs the
@@ -57,7 +59,7 @@ int usage() {
   std::cerr
       << "usage: posbias-attention-loop CASE [--seconds S] [--keys J] [--target NAME]; cases:";
   for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
-  std::cerr << "\n";
+  std::cerr << " paged_decode (no --keys)\n";
   return 2;
 }
 
@@ -65,11 +67,13 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc % 2 != 0) return usage();
+  const bool paged = std::string(argv[1]) == "paged_decode";
   const auto it = loop_cases().find(argv[1]);
-  if (it == loop_cases().end()) return usage();
+  if (it == loop_cases().end() && !paged) return usage();
   double seconds = 10;
   std::string target;  // empty: the best this CPU has
-  LoopCase c = it->second;
+  // The paged case's shape is the bench's (kvcache_cases.cc); c is unused.
+  LoopCase c = paged ? LoopCase{32, 8, 1, 0, 128, DType::kFloat32, true} : it->second;
   for (int a = 2; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--target") {
@@ -94,27 +98,37 @@ int main(int argc, char** argv) {
     if (end == argv[a + 1] || *end != '\0' || !(value > 0)) return usage();
     if (flag == "--seconds") {
       seconds = value;
-    } else if (flag == "--keys" && value == static_cast<double>(static_cast<std::int64_t>(value)) &&
-               value <= 1e9) {
+    } else if (flag == "--keys" && !paged &&
+               value == static_cast<double>(static_cast<std::int64_t>(value)) && value <= 1e9) {
       c.j = static_cast<std::int64_t>(value);
       if (c.i > c.j) c.i = c.j;
     } else {
       return usage();
     }
   }
-  AttentionInputs in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
+  std::function<void()> call;
+  std::size_t kv_bytes = 0;  // decode: the bytes of K and V one call reads
+  std::string what;
+  AttentionInputs in;
+  const posbias::AttentionBias bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
   posbias::AttentionOptions opt;
   opt.causal = c.causal;
-  const posbias::AttentionBias bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
-  const auto call = [&] {
-    posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt);
-  };
-  try {
-    call();
-  } catch (const std::invalid_argument&) {
-    in.q = in.q.to(c.kv_dtype);  // a core that wants one dtype for q, k and v
-    call();
+  if (paged) {
+    call = posbias::bench::paged_decode_call(kv_bytes);
+    what = "q float32, paged k and v float32, block 16, 8 sequences of 32768 to 512 keys";
+  } else {
+    in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
+    call = [&] { posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt); };
+    try {
+      call();
+    } catch (const std::invalid_argument&) {
+      in.q = in.q.to(c.kv_dtype);  // a core that wants one dtype for q, k and v
+    }
+    if (c.i == 1) kv_bytes = in.k.numel() * posbias::dtype_size(in.k.dtype()) * 2;
+    what = std::string("q ") + posbias::dtype_name(in.q.dtype()) + ", k and v " +
+           posbias::dtype_name(in.k.dtype()) + ", j " + std::to_string(c.j);
   }
+  call();
   const auto t0 = std::chrono::steady_clock::now();
   // steady_clock is CLOCK_MONOTONIC on Linux: with `perf record -k mono`,
   // `perf report --time START,` keeps the loop's samples only (not the
@@ -129,13 +143,11 @@ int main(int argc, char** argv) {
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } while (elapsed < seconds);
   std::cout << argv[1] << ": " << calls << " calls, " << elapsed * 1e3 / static_cast<double>(calls)
-            << " ms each (q " << posbias::dtype_name(in.q.dtype()) << ", k and v "
-            << posbias::dtype_name(in.k.dtype()) << ", j " << c.j;
+            << " ms each (" << what;
   if (!target.empty()) std::cout << ", " << target;
-  if (c.i == 1) {  // decode: the rate at which K and V were read
+  if (kv_bytes > 0) {  // decode: the rate at which K and V were read
     std::cout << ", "
-              << static_cast<double>(in.k.numel() * posbias::dtype_size(in.k.dtype())) * 2 /
-                     (elapsed / static_cast<double>(calls)) / 1e9
+              << static_cast<double>(kv_bytes) / (elapsed / static_cast<double>(calls)) / 1e9
               << " GB/s of K and V";
   }
   std::cout << ")\n";

@@ -5,6 +5,8 @@
 // cache's bytes.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -129,11 +131,16 @@ struct KvCacheRun {
   }
 };
 
+// The paged decode case's sequence lengths.
+std::vector<std::int64_t> paged_decode_lengths() {
+  return {32768, 16384, 8192, 4096, 2048, 1024, 512, 512};
+}
+
 // paged_decode_alibi_b8_h32_hk8_d128_block16.
 void paged_decode_case(const BenchOptions& o, std::vector<CaseResult>& out) {
   const std::string name = "paged_decode_alibi_b8_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
-  std::vector<std::int64_t> lengths = {32768, 16384, 8192, 4096, 2048, 1024, 512, 512};
+  std::vector<std::int64_t> lengths = paged_decode_lengths();
   if (o.quick) {
     for (std::int64_t& len : lengths) len /= 8;
   }
@@ -209,6 +216,12 @@ void paged_append_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
   paged_decode_case(o, out);
   paged_append_case(o, out);
+}
+
+std::function<void()> paged_decode_call(std::size_t& kv_bytes) {
+  auto run = std::make_shared<const KvCacheRun>(paged_decode_lengths(), 1);
+  kv_bytes = 2 * static_cast<std::size_t>(run->cache.k_cache.numel()) * sizeof(float);
+  return [run] { run->paged(); };
 }
 
 }  // namespace posbias::bench
