@@ -88,8 +88,8 @@ void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out);
 
 // The paged decode case's call on its own (for posbias-attention-loop):
 // sets kv_bytes to the bytes of K and V its cache holds (every block is
-// one of the sequences').
-std::function<void()> paged_decode_call(std::size_t& kv_bytes);
+// one of the sequences') and what to the inputs' description.
+std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what);
 
 }  // namespace posbias::bench
 

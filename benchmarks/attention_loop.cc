@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   if (it == loop_cases().end() && !paged) return usage();
   double seconds = 10;
   std::string target;  // empty: the best this CPU has
-  // The paged case's shape is the bench's (kvcache_cases.cc); c is unused.
-  LoopCase c = paged ? LoopCase{32, 8, 1, 0, 128, DType::kFloat32, true} : it->second;
+  // The paged case's inputs are the bench's (kvcache_cases.cc), not a LoopCase.
+  LoopCase c = paged ? LoopCase{} : it->second;
   for (int a = 2; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--target") {
@@ -110,25 +110,26 @@ int main(int argc, char** argv) {
   std::size_t kv_bytes = 0;  // decode: the bytes of K and V one call reads
   std::string what;
   AttentionInputs in;
-  const posbias::AttentionBias bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
+  posbias::AttentionBias bias;
   posbias::AttentionOptions opt;
-  opt.causal = c.causal;
   if (paged) {
-    call = posbias::bench::paged_decode_call(kv_bytes);
-    what = "q float32, paged k and v float32, block 16, 8 sequences of 32768 to 512 keys";
+    call = posbias::bench::paged_decode_call(kv_bytes, what);
+    call();  // warm-up
   } else {
     in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
+    bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
+    opt.causal = c.causal;
     call = [&] { posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt); };
     try {
-      call();
+      call();  // warm-up, or the dtypes this core refuses
     } catch (const std::invalid_argument&) {
       in.q = in.q.to(c.kv_dtype);  // a core that wants one dtype for q, k and v
+      call();
     }
     if (c.i == 1) kv_bytes = in.k.numel() * posbias::dtype_size(in.k.dtype()) * 2;
     what = std::string("q ") + posbias::dtype_name(in.q.dtype()) + ", k and v " +
            posbias::dtype_name(in.k.dtype()) + ", j " + std::to_string(c.j);
   }
-  call();
   const auto t0 = std::chrono::steady_clock::now();
   // steady_clock is CLOCK_MONOTONIC on Linux: with `perf record -k mono`,
   // `perf report --time START,` keeps the loop's samples only (not the

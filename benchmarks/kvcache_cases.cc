@@ -96,10 +96,12 @@ struct KvCacheRun {
   std::vector<Tensor> k_dense, v_dense;
   AttentionBias alibi = AttentionBias::alibi(alibi_slopes(kHeads));
 
-  KvCacheRun(const std::vector<std::int64_t>& lengths, std::int64_t i)
+  // dense: make the contiguous copies too (the bench's baseline; a run of
+  // the paged call alone needs none).
+  KvCacheRun(const std::vector<std::int64_t>& lengths, std::int64_t i, bool dense = true)
       : cache(paged_cache(lengths)),
         q(random_tensor({static_cast<std::int64_t>(lengths.size()), i, kHeads, kDim}, 33)) {
-    copy_dense();
+    if (dense) copy_dense();
   }
   // The dense calls' caches: contiguous copies of the paged one.
   void copy_dense() {
@@ -218,9 +220,14 @@ void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
   paged_append_case(o, out);
 }
 
-std::function<void()> paged_decode_call(std::size_t& kv_bytes) {
-  auto run = std::make_shared<const KvCacheRun>(paged_decode_lengths(), 1);
+std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what) {
+  const std::vector<std::int64_t> lengths = paged_decode_lengths();
+  auto run = std::make_shared<const KvCacheRun>(lengths, 1, false);
   kv_bytes = 2 * static_cast<std::size_t>(run->cache.k_cache.numel()) * sizeof(float);
+  what = "q float32, paged k and v float32, block " + std::to_string(kBlock) + ", h " +
+         std::to_string(kHeads) + ", hk " + std::to_string(kKvHeads) + ", d " +
+         std::to_string(kDim) + ", cache lengths";
+  for (const std::int64_t len : lengths) what += " " + std::to_string(len);
   return [run] { run->paged(); };
 }
 

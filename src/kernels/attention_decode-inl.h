@@ -136,15 +136,19 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
   VF acc[kDecLanes];
   for (auto& a : acc) a = hn::Zero(df);
   const std::int64_t whole = d - d % n;
+  // The prefetches go with the first chunk's loads, key by key.
+  const auto prefetch = [&](std::size_t u) {
+    DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
+  };
   // Vectors [x, x + V n) of every key row, q's in registers.
   const auto chunk = [&](auto vecs_tag, std::int64_t x) {
     constexpr int V = decltype(vecs_tag)::value;
     VF qv[V];
     for (int v = 0; v < V; ++v) qv[v] = hn::LoadU(df, q + x + v * n);
-    const bool prefetch = pf != nullptr && x == 0;
+    const bool first = pf != nullptr && x == 0;
 #pragma GCC unroll 16
     for (std::size_t u = 0; u < kDecLanes; ++u) {
-      if (prefetch) DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
+      if (first) prefetch(u);
       const TK* HWY_RESTRICT row = kr[u] + x;
       VF a = acc[u];
       for (int v = 0; v < V; ++v) a = hn::MulAdd(qv[v], LoadWide(df, row + v * n), a);
@@ -156,10 +160,8 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
     chunk(std::integral_constant<int, kDecQVecs>(), x);
   }
   for (; x < whole; x += n) chunk(std::integral_constant<int, 1>(), x);
-  if (whole == 0 && pf != nullptr) {
-    for (std::size_t u = 0; u < kDecLanes; ++u) {
-      DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
-    }
+  if (whole == 0 && pf != nullptr) {  // d < N: no chunk
+    for (std::size_t u = 0; u < kDecLanes; ++u) prefetch(u);
   }
   VF sums = DecLaneSums(df, acc);
   if (whole < d) {  // d not a multiple of N: the last elements one by one
@@ -299,21 +301,33 @@ struct DecRows {
   }
 
   // The key pass walks groups of n keys, each group kv head by kv head
-  // (nkv of them): while reading keys c + [0, n) of the task's kv head kv,
-  // the rows `ahead` places further in that order, into pf[0, n).
-  void AheadInGroups(std::int64_t c, std::int64_t kv, std::int64_t n, std::int64_t nkv,
-                     const T** pf) const {
-    const std::int64_t span = nkv * n;
-    std::int64_t walk = kv * n + ahead;  // place in the walk from group c's start
-    std::int64_t group = walk / span, at_group = walk % span;  // once per call
-    for (std::int64_t u = 0; u < n; ++u) {
-      const std::int64_t key = c + group * n + at_group % n;
-      pf[u] = base + at_group / n * kv_step + at[std::min(key, avail - 1)];
-      if (++at_group == span) {
-        at_group = 0;
-        ++group;
-      }
+  // (nkv of them). While it reads the n keys of one place (group, kv
+  // head), it prefetches the rows `ahead` steps further in that order: the
+  // last n - ahead % n keys of one place and the first ahead % n of the
+  // next. A GroupWalk is that first place (the first key of its group,
+  // the task's kv head there): it moves on by one place per call, so no
+  // call divides.
+  struct GroupWalk {
+    std::int64_t group, kv;
+  };
+  GroupWalk StartGroups(std::int64_t n, std::int64_t nkv) const {
+    const std::int64_t span = n * nkv;
+    return {ahead / span * n, ahead % span / n};
+  }
+  // The rows to prefetch while reading the walk's next n keys, into
+  // pf[0, n).
+  void NextInGroups(GroupWalk& g, std::int64_t n, std::int64_t nkv, const T** pf) const {
+    const std::int64_t split = n - ahead % n;
+    const T* b = base + g.kv * kv_step;
+    for (std::int64_t i = 0; i < split; ++i)
+      pf[i] = b + at[std::min(g.group + n - split + i, avail - 1)];
+    if (++g.kv == nkv) {  // the next place: the group's next kv head, or the next group
+      g.kv = 0;
+      g.group += n;
     }
+    b = base + g.kv * kv_step;
+    for (std::int64_t i = split; i < n; ++i)
+      pf[i] = b + at[std::min(g.group + i - split, avail - 1)];
   }
 };
 
@@ -329,15 +343,12 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
   const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
   const TK* kr[kDecLanes];
   const TK* pf[kDecLanes] = {};
+  auto walk = k.StartGroups(n, nkv);
   for (std::int64_t c = 0; c < max_lim; c += n) {
     for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
       const TK* base = k.base + (kv - t.kvh) * k.kv_step;
       for (std::int64_t u = 0; u < n; ++u) kr[u] = base + k.at[c + u < max_lim ? c + u : 0];
-      if (k.ahead > 0 && nkv == 1) {  // one kv head: the walk is its keys in order
-        for (std::int64_t u = 0; u < n; ++u) pf[u] = k.Ahead(base, c + u);
-      } else if (k.ahead > 0) {
-        k.AheadInGroups(c, kv - t.kvh, n, nkv, pf);
-      }
+      if (k.ahead > 0) k.NextInGroups(walk, n, nkv, pf);
       const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
       std::int64_t r = rr.begin;
       // The first rows of the kv head read its key rows from memory (and
