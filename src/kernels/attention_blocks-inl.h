@@ -562,21 +562,23 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
   return alpha;
 }
 
-// The score tile of R rows over a whole key block of V vectors that every
-// row sees (no mask, window edge, or bias other than ALiBi; with kCap
-// soft-capped first, then ALiBi added, the order of BiasMaskMaxRow), with
+// The score tile of R rows over a key block of V vectors that every row
+// sees from its first key (no mask, window edge, or bias other than ALiBi;
+// with kCap soft-capped first, then ALiBi added, the order of
+// BiasMaskMaxRow); with kPartial, row r sees the block's first lim[r] keys
+// only (the causal diagonal) and its other scores become -inf. With
 // the online-softmax update done on the registers: each row's
 // max, p = exp(s - m_new) and its sum, and the rescale factor alpha, as
 // OnlineSoftmaxRow computes them; P is stored at s. Done per row pass over
 // the stored scores (BiasMaskMax, then OnlineSoftmaxRow) this cost about
 // 70 cycles per row and 64-key block on a Zen 5, a sixth of the prefill.
 // A row whose max is -inf (no finite score) takes OnlineSoftmaxRow itself.
-template <int R, int V, bool kAlibi, bool kCap>
+template <int R, int V, bool kAlibi, bool kCap, bool kPartial>
 HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
                               const float* HWY_RESTRICT kt, std::int64_t ld, float* HWY_RESTRICT s,
                               std::int64_t lds, const AlibiFold& fold, float softcap,
-                              float* HWY_RESTRICT m, float* HWY_RESTRICT l, float* HWY_RESTRICT lv,
-                              float* HWY_RESTRICT alpha) {
+                              const std::int64_t* lim, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                              float* HWY_RESTRICT lv, float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
   VF acc[R][V];
   QKAccumulate<R, V>(df, q, ldq, d, kt, ld, 0, acc);
@@ -592,6 +594,17 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     (void)softcap;
   }
   if constexpr (kAlibi) AddAlibiFold<R, V>(df, 0, fold, acc);
+  if constexpr (kPartial) {  // keys past a row's lim: -inf (a NaN there reaches nothing)
+    for (int r = 0; r < R; ++r) {
+      for (int u = 0; u < V; ++u) {
+        const std::int64_t seen = std::clamp<std::int64_t>(lim[r] - u * n, 0, n);
+        acc[r][u] = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(seen)), acc[r][u],
+                                   hn::Set(df, kAttnNegInf));
+      }
+    }
+  } else {
+    (void)lim;
+  }
   float row_max[R];
   for (int r = 0; r < R; ++r) {
     VF mx = acc[r][0];
@@ -621,8 +634,8 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
       for (int u = 0; u < V; ++u) hn::Store(acc[r][u], df, srow + u * n);
       l[r] += hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lv + r * n)));
       hn::Store(hn::Zero(df), df, lv + r * n);
-      std::int64_t lim = V * n;
-      alpha[r] = OnlineSoftmaxRow(df, srow, lim, row_max[r], m[r], l[r]);
+      std::int64_t span = V * n;
+      alpha[r] = OnlineSoftmaxRow(df, srow, span, row_max[r], m[r], l[r]);
       continue;
     }
     const float a = rescale[r];

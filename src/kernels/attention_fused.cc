@@ -265,49 +265,71 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
 
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the tile spans the
-// whole block, every row sees all of it and the scores need no pass of
+// whole block and every row sees all of it, the scores need no pass of
 // their own (no mask, window edge, table or dense bias; a soft-cap and
-// ALiBi are applied on the registers), the tile also does the rows'
+// ALiBi are applied on the registers): the tile also does the rows'
 // softmax update on its registers (and returns true); else SoftmaxRows
-// follows.
+// follows. So does the main tile where each row sees the block from its
+// first key up to its own last (the causal diagonal), over the vectors
+// its rows reach, the keys past each row's last masked on the registers.
 template <int R>
 HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTask& t,
                              const KeyBlockOperands& op, std::int64_t rr, std::int64_t cols,
                              AttentionWork& w) {
-  const std::int64_t d = p.d;
+  const std::int64_t d = p.d, n = AttnLanes(df);
   const AlibiFold fold{w.alibi_off.get() + rr, t.neg_slope};
   float* srow = w.s.get() + rr * cols;
-  if (cols == kAttnVecs * AttnLanes(df) && p.key_mask == nullptr &&
+  std::int64_t most = 0;
+  bool from_first = true, whole = true;
+  for (std::int64_t x = rr; x < rr + R; ++x) {
+    most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
+    from_first = from_first && w.first[static_cast<std::size_t>(x)] == 0;
+    whole = whole && w.lim[static_cast<std::size_t>(x)] == cols;
+  }
+  if (cols == kAttnVecs * n && p.key_mask == nullptr && from_first && most > 0 &&
       (p.bias == FusedBias::kAlibi || p.bias == FusedBias::kNone)) {
-    bool whole = true;
-    for (std::int64_t x = rr; x < rr + R; ++x) {
-      whole = whole && w.first[static_cast<std::size_t>(x)] == 0 &&
-              w.lim[static_cast<std::size_t>(x)] == cols;
-    }
+    float* m = w.m.get() + rr;
+    float* l = w.l.get() + rr;
+    float* lv = w.lv.get() + rr * n;
+    float* alpha = w.alpha.get() + rr;
+    const std::int64_t* lim = w.lim.data() + rr;
+    const bool alibi = p.bias == FusedBias::kAlibi;
+    // V vectors of keys (the first V n); the tags are std::integral_constant.
+    const auto tile = [&](auto vecs, auto alibi_tag, auto cap_tag, auto partial_tag) {
+      QKSoftmaxTile<R, decltype(vecs)::value, decltype(alibi_tag)::value, decltype(cap_tag)::value,
+                    decltype(partial_tag)::value>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow,
+                                                  cols, fold, p.softcap, lim, m, l, lv, alpha);
+    };
+    const std::true_type yes;
+    const std::false_type no;
     if (whole) {
-      float* m = w.m.get() + rr;
-      float* l = w.l.get() + rr;
-      float* lv = w.lv.get() + rr * AttnLanes(df);
-      float* alpha = w.alpha.get() + rr;
-      const auto tile = [&](auto alibi_tag, auto cap_tag) {
-        QKSoftmaxTile<R, kAttnVecs, decltype(alibi_tag)::value, decltype(cap_tag)::value>(
-            df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow, cols, fold, p.softcap, m, l, lv,
-            alpha);
-      };
-      const std::true_type yes;
-      const std::false_type no;
-      const bool alibi = p.bias == FusedBias::kAlibi;
+      const std::integral_constant<int, kAttnVecs> all;
       if (p.softcap > 0.0f) {
-        alibi ? tile(yes, yes) : tile(no, yes);
+        alibi ? tile(all, yes, yes, no) : tile(all, no, yes, no);
       } else {
-        alibi ? tile(yes, no) : tile(no, no);
+        alibi ? tile(all, yes, no, no) : tile(all, no, no, no);
       }
       return true;
     }
-  }
-  std::int64_t most = 0;
-  for (std::int64_t x = rr; x < rr + R; ++x) {
-    most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
+    // The causal diagonal: the main tile over the vectors its rows reach
+    // (as many as QKRows would compute), without a soft-cap.
+    if constexpr (R == kFwdRows) {
+      if (p.softcap == 0.0f) {
+        const std::int64_t reach = (most + n - 1) / n;
+        bool done = false;
+        const auto over = [&](auto vecs) {
+          if (done || reach != decltype(vecs)::value) return;
+          alibi ? tile(vecs, yes, no, yes) : tile(vecs, no, no, yes);
+          done = true;
+        };
+        over(std::integral_constant<int, 1>());
+        if constexpr (kAttnVecs >= 2) over(std::integral_constant<int, 2>());
+        if constexpr (kAttnVecs >= 3) over(std::integral_constant<int, 3>());
+        if constexpr (kAttnVecs >= 4) over(std::integral_constant<int, 4>());
+        static_assert(kAttnVecs <= 4, "one case per vector count");
+        if (done) return true;
+      }
+    }
   }
   const std::int64_t vis = AttnRoundUp(df, most);
   if (t.alibi_fold) {

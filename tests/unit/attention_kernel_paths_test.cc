@@ -137,6 +137,30 @@ TEST(AttentionKernelPaths, ForwardPartialTilesNextToWholeOnes) {
   }
 }
 
+// The causal diagonal on the main register tile: rows that see a block
+// from its first key up to their own last (the keys past it masked on the
+// registers), next to rows that see none of it, over 1 to all vectors of
+// the block; square calls, fewer queries than keys (q_offset > 0), more
+// queries than keys (rows before the first key see nothing), d not a
+// multiple of the vector length; ALiBi and no bias; every instruction set.
+TEST(AttentionKernelPaths, ForwardCausalDiagonalOnTheRegisterTile) {
+  struct Shape {
+    std::int64_t i, j, d;
+  };
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::uint32_t seed = 1300;
+    for (const Shape sh : {Shape{64, 64, 16}, Shape{70, 70, 16}, Shape{130, 130, 9},
+                           Shape{200, 200, 64}, Shape{37, 160, 16}, Shape{150, 90, 16}}) {
+      for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi}) {
+        ExpectForwardMatchesNaive(2, 1, sh.i, sh.j, sh.d, true, 0.0f, kind, seed++);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // A row whose scores over a whole 64-key block are all -inf (a -inf in
 // every key of the block where the query is positive) before it has seen a
 // finite score: the block adds nothing to it, and the later block's keys
