@@ -175,6 +175,14 @@ struct AlibiFold {
   float neg_slope = 0.0f;
 };
 
+// The bias of the register softmax tile (QKSoftmaxTile): ALiBi's fold, or
+// each row's distance-table entries from the block's first key (null: the
+// row sees none of the block and reads none).
+struct TileBias {
+  AlibiFold alibi;
+  const float* const* table_rows = nullptr;
+};
+
 // S[r][x..x + V N) for rows [0, R) of q (row stride ldq) against kt (rows of
 // ld floats, one per element of d); with kAlibi, plus the ALiBi bias of
 // `fold`.
@@ -563,8 +571,8 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
 }
 
 // The score tile of R rows over a key block of V vectors that every row
-// sees from its first key (no mask, window edge, or bias other than ALiBi;
-// with kCap soft-capped first, then ALiBi added, the order of
+// sees from its first key (no mask, window edge or dense bias; with kCap
+// soft-capped first, then ALiBi or the distance table added, the order of
 // BiasMaskMaxRow); with kPartial, row r sees the block's first lim[r] keys
 // only (the causal diagonal) and its other scores become -inf. With
 // the online-softmax update done on the registers: each row's
@@ -573,10 +581,10 @@ HWY_INLINE float OnlineSoftmaxRow(DF df, float* HWY_RESTRICT s, std::int64_t& li
 // the stored scores (BiasMaskMax, then OnlineSoftmaxRow) this cost about
 // 70 cycles per row and 64-key block on a Zen 5, a sixth of the prefill.
 // A row whose max is -inf (no finite score) takes OnlineSoftmaxRow itself.
-template <int R, int V, bool kAlibi, bool kCap, bool kPartial>
+template <int R, int V, FusedBias kBias, bool kCap, bool kPartial>
 HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t ldq, std::int64_t d,
                               const float* HWY_RESTRICT kt, std::int64_t ld, float* HWY_RESTRICT s,
-                              std::int64_t lds, const AlibiFold& fold, float softcap,
+                              std::int64_t lds, const TileBias& bias, float softcap,
                               const std::int64_t* lim, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                               float* HWY_RESTRICT lv, float* HWY_RESTRICT alpha) {
   const std::int64_t n = AttnLanes(df);
@@ -593,7 +601,15 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
   } else {
     (void)softcap;
   }
-  if constexpr (kAlibi) AddAlibiFold<R, V>(df, 0, fold, acc);
+  if constexpr (kBias == FusedBias::kAlibi) AddAlibiFold<R, V>(df, 0, bias.alibi, acc);
+  if constexpr (kBias == FusedBias::kTable) {  // a row that sees none of the block reads none
+    for (int r = 0; r < R; ++r) {
+      if (bias.table_rows[r] == nullptr) continue;
+      for (int u = 0; u < V; ++u) {
+        acc[r][u] = hn::Add(acc[r][u], hn::LoadU(df, bias.table_rows[r] + u * n));
+      }
+    }
+  }
   if constexpr (kPartial) {  // keys past a row's lim: -inf (a NaN there reaches nothing)
     for (int r = 0; r < R; ++r) {
       for (int u = 0; u < V; ++u) {

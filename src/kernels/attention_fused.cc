@@ -228,6 +228,14 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
       const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
       w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
     }
+  } else if (p.bias == FusedBias::kTable) {  // QKSoftmaxTile's table (one query head here)
+    for (std::int64_t rr = 0; rr < t.br; ++rr) {
+      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
+      w.table_rows[static_cast<std::size_t>(rr)] =
+          w.lim[static_cast<std::size_t>(rr)] > 0
+              ? p.rtable + t.hh * p.rtable_stride + table_index(p, c0 - qpos)
+              : nullptr;
+    }
   }
   if (t.v_in_place) {
     const std::int64_t at = t.v_base + c0 * p.v_stride[2];
@@ -266,8 +274,8 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the tile spans the
 // whole block and every row sees all of it, the scores need no pass of
-// their own (no mask, window edge, table or dense bias; a soft-cap and
-// ALiBi are applied on the registers): the tile also does the rows'
+// their own (no mask, window edge or dense bias; a soft-cap, ALiBi and a
+// distance table are applied on the registers): the tile also does the rows'
 // softmax update on its registers (and returns true); else SoftmaxRows
 // follows. So does the main tile where each row sees the block from its
 // first key up to its own last (the causal diagonal), over the vectors
@@ -287,28 +295,39 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     whole = whole && w.lim[static_cast<std::size_t>(x)] == cols;
   }
   if (cols == kAttnVecs * n && p.key_mask == nullptr && from_first && most > 0 &&
-      (p.bias == FusedBias::kAlibi || p.bias == FusedBias::kNone)) {
+      p.bias != FusedBias::kDense && t.nh == 1) {
     float* m = w.m.get() + rr;
     float* l = w.l.get() + rr;
     float* lv = w.lv.get() + rr * n;
     float* alpha = w.alpha.get() + rr;
     const std::int64_t* lim = w.lim.data() + rr;
-    const bool alibi = p.bias == FusedBias::kAlibi;
-    // V vectors of keys (the first V n); the tags are std::integral_constant.
-    const auto tile = [&](auto vecs, auto alibi_tag, auto cap_tag, auto partial_tag) {
-      QKSoftmaxTile<R, decltype(vecs)::value, decltype(alibi_tag)::value, decltype(cap_tag)::value,
-                    decltype(partial_tag)::value>(df, w.q.get() + rr * d, d, d, op.kt, op.ld, srow,
-                                                  cols, fold, p.softcap, lim, m, l, lv, alpha);
+    const TileBias tb{fold, w.table_rows.data() + rr};
+    // V vectors of keys (the first V n) with the call's bias; the tags are
+    // std::integral_constant.
+    const auto tile = [&](auto vecs, auto cap_tag, auto partial_tag) {
+      const auto run = [&](auto kind_tag) {
+        QKSoftmaxTile<R, decltype(vecs)::value, decltype(kind_tag)::value, decltype(cap_tag)::value,
+                      decltype(partial_tag)::value>(df, w.q.get() + rr * d, d, d, op.kt, op.ld,
+                                                    srow, cols, tb, p.softcap, lim, m, l, lv,
+                                                    alpha);
+      };
+      switch (p.bias) {
+        case FusedBias::kAlibi:
+          run(std::integral_constant<FusedBias, FusedBias::kAlibi>());
+          break;
+        case FusedBias::kTable:
+          run(std::integral_constant<FusedBias, FusedBias::kTable>());
+          break;
+        default:
+          run(std::integral_constant<FusedBias, FusedBias::kNone>());
+          break;
+      }
     };
     const std::true_type yes;
     const std::false_type no;
     if (whole) {
       const std::integral_constant<int, kAttnVecs> all;
-      if (p.softcap > 0.0f) {
-        alibi ? tile(all, yes, yes, no) : tile(all, no, yes, no);
-      } else {
-        alibi ? tile(all, yes, no, no) : tile(all, no, no, no);
-      }
+      p.softcap > 0.0f ? tile(all, yes, no) : tile(all, no, no);
       return true;
     }
     // The causal diagonal: the main tile over the vectors its rows reach
@@ -319,7 +338,7 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
         bool done = false;
         const auto over = [&](auto vecs) {
           if (done || reach != decltype(vecs)::value) return;
-          alibi ? tile(vecs, yes, no, yes) : tile(vecs, no, no, yes);
+          tile(vecs, no, yes);
           done = true;
         };
         over(std::integral_constant<int, 1>());

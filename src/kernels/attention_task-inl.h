@@ -68,6 +68,9 @@ struct AttentionWork {
   // sums, kept unreduced: l of the row is l + the sum of its lanes).
   hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
+  // Per row: its distance-table entries from the block's first key (the
+  // score tile's table bias; null where the row sees none of the block).
+  std::vector<const float*> table_rows;
   std::vector<std::int64_t> vis_begin, vis_end;  // per row: its visible keys of the sequence
   std::int64_t vis_begin_max = 0, vis_end_min = 0;  // over the task's rows
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
@@ -87,6 +90,7 @@ struct AttentionWork {
         lv(allocate_scratch<float>(bq * static_cast<std::int64_t>(hn::MaxLanes(DF())), kWhat)),
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
+        table_rows(static_cast<std::size_t>(bq)),
         vis_begin(static_cast<std::size_t>(bq)),
         vis_end(static_cast<std::size_t>(bq)),
         keep(allocate_scratch<float>(bkp, kWhat)),

@@ -142,7 +142,8 @@ TEST(AttentionKernelPaths, ForwardPartialTilesNextToWholeOnes) {
 // registers), next to rows that see none of it, over 1 to all vectors of
 // the block; square calls, fewer queries than keys (q_offset > 0), more
 // queries than keys (rows before the first key see nothing), d not a
-// multiple of the vector length; ALiBi and no bias; every instruction set.
+// multiple of the vector length; ALiBi, a distance table and no bias; every
+// instruction set.
 TEST(AttentionKernelPaths, ForwardCausalDiagonalOnTheRegisterTile) {
   struct Shape {
     std::int64_t i, j, d;
@@ -153,9 +154,15 @@ TEST(AttentionKernelPaths, ForwardCausalDiagonalOnTheRegisterTile) {
     std::uint32_t seed = 1300;
     for (const Shape sh : {Shape{64, 64, 16}, Shape{70, 70, 16}, Shape{130, 130, 9},
                            Shape{200, 200, 64}, Shape{37, 160, 16}, Shape{150, 90, 16}}) {
-      for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi}) {
+      for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi, PathBias::kTable}) {
         ExpectForwardMatchesNaive(2, 1, sh.i, sh.j, sh.d, true, 0.0f, kind, seed++);
       }
+    }
+    // The distance table on the whole-block tile, with and without a
+    // soft-cap; more queries than keys (rows before the first key).
+    for (const float cap : {0.0f, 2.0f}) {
+      ExpectForwardMatchesNaive(2, 1, 150, 90, 16, false, cap, PathBias::kTable, seed++);
+      ExpectForwardMatchesNaive(2, 1, 64, 200, 16, false, cap, PathBias::kTable, seed++);
     }
   }
   hwy::SetSupportedTargetsForTest(0);
