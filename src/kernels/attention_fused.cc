@@ -334,19 +334,12 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     // (as many as QKRows would compute), without a soft-cap.
     if constexpr (R == kFwdRows) {
       if (p.softcap == 0.0f) {
+        // reach is 1 to kAttnVecs (most is 1 to cols); the row tiles'
+        // dispatch turns it into a compile-time count.
         const std::int64_t reach = (most + n - 1) / n;
-        bool done = false;
-        const auto over = [&](auto vecs) {
-          if (done || reach != decltype(vecs)::value) return;
-          tile(vecs, no, yes);
-          done = true;
-        };
-        over(std::integral_constant<int, 1>());
-        if constexpr (kAttnVecs >= 2) over(std::integral_constant<int, 2>());
-        if constexpr (kAttnVecs >= 3) over(std::integral_constant<int, 3>());
-        if constexpr (kAttnVecs >= 4) over(std::integral_constant<int, 4>());
-        static_assert(kAttnVecs <= 4, "one case per vector count");
-        if (done) return true;
+        RemainderRowTile<kAttnVecs>(reach, 0,
+                                    [&](auto vecs, std::int64_t) { tile(vecs, no, yes); });
+        return true;
       }
     }
   }
