@@ -182,7 +182,7 @@ void paged_append_case(const BenchOptions& o, std::vector<CaseResult>& out) {
   const std::int64_t cached = o.quick ? 1024 : 8192, i = o.quick ? 16 : 128;
   const std::string name = "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
-  KvCacheRun run(std::vector<std::int64_t>(4, cached + i), i);
+  KvCacheRun run(std::vector<std::int64_t>(4, cached + i), i, false);  // copies after the append
   const Tensor k_new = random_tensor({4, i, kKvHeads, kDim}, 34);
   const Tensor v_new = random_tensor({4, i, kKvHeads, kDim}, 35);
   Tensor before = Tensor::empty({4}, DType::kInt32);
