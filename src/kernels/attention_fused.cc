@@ -595,6 +595,31 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   if (bl.splits > 1) MergeSplits(p, bl, list, parts, parallel);
 }
 
+// The softmax's exp variants over n values (tests).
+void SoftmaxExp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n) {
+  const DF df;
+  const std::int64_t lanes = AttnLanes(df);
+  HWY_ALIGN float buf[hn::MaxLanes(DF())];
+  for (std::int64_t at = 0; at < n; at += lanes) {
+    const std::int64_t count = std::min(lanes, n - at);
+    for (std::int64_t u = 0; u < lanes; ++u) buf[u] = u < count ? x[at + u] : 0.0f;
+    VF v = hn::Load(df, buf);
+    switch (kind) {
+      case SoftmaxExpKind::kNonPositive:
+        v = ExpNonPositive(df, v);
+        break;
+      case SoftmaxExpKind::kFlushed:
+        v = ExpFlushed(df, v);
+        break;
+      default:
+        v = SafeExp(df, v);
+        break;
+    }
+    hn::Store(v, df, buf);
+    for (std::int64_t u = 0; u < count; ++u) out[at + u] = buf[u];
+  }
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace posbias::detail
@@ -604,6 +629,11 @@ HWY_AFTER_NAMESPACE();
 namespace posbias::detail {
 
 HWY_EXPORT(Run);
+HWY_EXPORT(SoftmaxExp);
+
+void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxExp)(kind, x, out, n);
+}
 
 void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
                              std::int64_t splits) {
