@@ -68,6 +68,12 @@ constexpr int kFwdRows = 6;
 
 constexpr float kAttnNegInf = -std::numeric_limits<float>::infinity();
 
+// How far a block's row maximum may exceed the row's running maximum m and
+// the register softmax tile still keep m (FlashAttention-4's conditional
+// rescaling): its terms exp(s - m) are then at most 256, and the row's
+// state and O need no rescale. ln 256.
+constexpr float kAttnStaleMax = 5.5451774f;
+
 // f(std::integral_constant<int, R>(), r) for groups of rows [r, r + R) over
 // [0, rows): R = kMax while kMax rows remain, then once R = what remains, so
 // the last group also gets a multi-row tile (not one row at a time).
@@ -622,10 +628,31 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     (void)lim;
   }
   float row_max[R];
+  bool stale = true;  // every row's max at most kAttnStaleMax above its running m
   for (int r = 0; r < R; ++r) {
     VF mx = acc[r][0];
     for (int u = 1; u < V; ++u) mx = hn::Max(mx, acc[r][u]);
     row_max[r] = hn::GetLane(hn::MaxOfLanes(df, mx));
+    // False for a NaN maximum and for a row without a finite score yet.
+    stale = stale && m[r] != kAttnNegInf && row_max[r] <= m[r] + kAttnStaleMax;
+  }
+  if (stale) {
+    // The running maxima stay: p = exp(s - m) <= e^kAttnStaleMax, alpha = 1.
+    // The branch is predicted, so the exps start without waiting for the
+    // row maxima (a chain of shuffles per row, then the rescale's exp).
+    for (int r = 0; r < R; ++r) {
+      float* srow = s + r * lds;
+      const VF vm = hn::Set(df, m[r]);
+      VF sum = hn::Zero(df);
+      for (int u = 0; u < V; ++u) {
+        const VF e = ExpNonPositive(df, hn::Sub(acc[r][u], vm));
+        hn::Store(e, df, srow + u * n);
+        sum = hn::Add(sum, e);
+      }
+      hn::Store(hn::Add(hn::Load(df, lv + r * n), sum), df, lv + r * n);
+      alpha[r] = 1.0f;
+    }
+    return;
   }
   // The rescale factors exp(m_old - m_new) of all R rows in one vector
   // exp (a scalar std::exp per row was 2% of a prefill on a Zen 5): an

@@ -196,6 +196,52 @@ TEST(AttentionKernelPaths, ForwardBlockOfMinusInfScoresAddsNothing) {
   }
 }
 
+// The register tile keeps a row's running maximum while a block's maximum
+// exceeds it by at most ln 256 (exp terms up to 256, no rescale), and moves
+// it past that. Scores rising along the keys by 64 x step per 64-key block:
+// rows of one tile with steps below and above the threshold per block, a
+// tile whose maxima then fall; larger scores (per block 5.8 to 27).
+TEST(AttentionKernelPaths, ForwardRunningMaximumKeptWithinTheThreshold) {
+  // Four query heads on one kv head: enough tasks that no key split makes
+  // each block the first of its task.
+  const std::int64_t h = 4, i = 12, j = 256, d = 16;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const float big : {1.0f, 3.0f}) {
+      Tensor q = test::random_tensor({1, h, i, d}, 960, -0.1f, 0.1f);
+      Tensor k = test::random_tensor({1, 1, j, d}, 961, -0.1f, 0.1f);
+      const Tensor v = test::random_tensor({1, 1, j, d}, 962);
+      // Row r's score rises by about (0.03 + 0.01 r) * big per key: 64 of
+      // them are 1.9 to 8.9 per block at big = 1 (the threshold is 5.5).
+      for (std::int64_t x = 0; x < h * i; ++x) {
+        q.mutable_data<float>()[x * d] = (0.03f + 0.01f * static_cast<float>(x % i)) * big;
+      }
+      for (std::int64_t c = 0; c < j; ++c) {
+        // Up for three blocks, then down: the last block's maxima fall.
+        const std::int64_t at = c < 192 ? c : 383 - c;
+        k.mutable_data<float>()[c * d] = 4.0f * static_cast<float>(at);
+      }
+      for (const PathBias kind : {PathBias::kNone, PathBias::kAlibi}) {
+        test::NaiveSeq a = DenseNaive(q, k, v, h, 1, i, j, d, false);
+        AttentionBias bias;
+        if (kind == PathBias::kAlibi) {
+          a.slopes = {0.0625f, 0.03125f, 0.015625f, 0.0078125f};
+          bias = AttentionBias::alibi(a.slopes);
+        }
+        const test::NaiveOut want = test::naive_attention(a);
+        const std::vector<float> wantf(want.out.begin(), want.out.end());
+        const std::vector<float> got =
+            attention_forward(q, k, v, bias, AttentionOptions{}).to_float_vector();
+        for (const float x : got) ASSERT_TRUE(std::isfinite(x));
+        test::expect_close(got, wantf, "attention_forward", test::naive_atol(DType::kFloat32),
+                           test::naive_rtol(DType::kFloat32));
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // Soft-capping on the row pass without a window or key mask (each bias kind;
 // the dense bias caps whole vectors before its element-wise add), where the
 // cap changes the scores a lot (cap 1.5 against scores of a few units).
