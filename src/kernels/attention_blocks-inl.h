@@ -645,7 +645,7 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
       const VF vm = hn::Set(df, m[r]);
       VF sum = hn::Zero(df);
       for (int u = 0; u < V; ++u) {
-        const VF e = ExpNonPositive(df, hn::Sub(acc[r][u], vm));
+        const VF e = ExpUnclamped(df, hn::Sub(acc[r][u], vm));
         hn::Store(e, df, srow + u * n);
         sum = hn::Add(sum, e);
       }
@@ -685,7 +685,7 @@ HWY_INLINE void QKSoftmaxTile(DF df, const float* HWY_RESTRICT q, std::int64_t l
     const VF vm = hn::Set(df, m_new);
     VF sum = hn::Zero(df);
     for (int u = 0; u < V; ++u) {
-      const VF e = ExpNonPositive(df, hn::Sub(acc[r][u], vm));
+      const VF e = ExpUnclamped(df, hn::Sub(acc[r][u], vm));
       hn::Store(e, df, srow + u * n);
       sum = hn::Add(sum, e);
     }

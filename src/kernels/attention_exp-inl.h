@@ -1,7 +1,7 @@
 // Internal, per instruction set: the softmax's exp, as the attention
 // kernels (attention_blocks-inl.h and the files that include it) use it:
 // ExpInRange (the arithmetic), ExpFlushed (clamped, tiny terms and NaN
-// flushed to 0), ExpNonPositive (for x <= 0 only: no clamp), SafeExp
+// flushed to 0), ExpUnclamped (for x <= 88 only: no clamp), SafeExp
 // (flushed, but NaN stays NaN).
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -111,12 +111,13 @@ HWY_INLINE V ExpFlushed(D df, V x) {
   return hn::IfThenElseZero(keep, ExpInRange(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f))));
 }
 
-// SafeExp for x <= 0 or NaN only (x = a score minus a maximum it cannot
-// exceed, as on the register tile): no clamp is needed, so no Max, Min or
-// NaN test. A NaN x carries through the arithmetic to a NaN result; x below
-// -40 (-inf included) gives 0, whatever the arithmetic made of it.
+// SafeExp for x <= 88 or NaN only (x = a score minus a maximum it cannot
+// exceed, or on the register tile exceed by more than ln 256, see
+// kAttnStaleMax): no clamp is needed, so no Max, Min or NaN test. A NaN x
+// carries through the arithmetic to a NaN result; x below -40 (-inf
+// included) gives 0, whatever the arithmetic made of it.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositive(D df, V x) {
+HWY_INLINE V ExpUnclamped(D df, V x) {
   const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
   return hn::IfThenZeroElse(flush, ExpInRange(df, x));
 }

@@ -701,8 +701,8 @@ void SoftmaxExp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n)
     for (std::int64_t u = 0; u < lanes; ++u) buf[u] = u < count ? x[at + u] : 0.0f;
     VF v = hn::Load(df, buf);
     switch (kind) {
-      case SoftmaxExpKind::kNonPositive:
-        v = ExpNonPositive(df, v);
+      case SoftmaxExpKind::kUnclamped:
+        v = ExpUnclamped(df, v);
         break;
       case SoftmaxExpKind::kFlushed:
         v = ExpFlushed(df, v);

@@ -23,10 +23,10 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 
 // The kernels' exp (attention_exp-inl.h) over n values x, into out (for
 // tests; best instruction set, or the one SetSupportedTargetsForTest left).
-//   kNonPositive: ExpNonPositive, for x <= 0 or NaN (0 below -40).
+//   kUnclamped:   ExpUnclamped, for x <= 88 or NaN (0 below -40).
 //   kFlushed:     ExpFlushed (0 below -40 and for NaN; x above 88 as 88).
 //   kSafe:        SafeExp (ExpFlushed, but NaN stays NaN).
-enum class SoftmaxExpKind : std::uint8_t { kNonPositive, kFlushed, kSafe };
+enum class SoftmaxExpKind : std::uint8_t { kUnclamped, kFlushed, kSafe };
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n);
 
 }  // namespace posbias::detail

@@ -52,8 +52,8 @@ TEST(AttentionExp, WithinTwoUlpOverItsRangeOnEveryTarget) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     for (const SoftmaxExpKind kind :
-         {SoftmaxExpKind::kNonPositive, SoftmaxExpKind::kFlushed, SoftmaxExpKind::kSafe}) {
-      const std::vector<float>& x = kind == SoftmaxExpKind::kNonPositive ? neg : all;
+         {SoftmaxExpKind::kUnclamped, SoftmaxExpKind::kFlushed, SoftmaxExpKind::kSafe}) {
+      const std::vector<float>& x = all;
       const std::vector<float> y = Exp(kind, x);
       double worst = 0.0, sum = 0.0;
       float worst_x = 0.0f;
@@ -79,14 +79,14 @@ TEST(AttentionExp, FlushesBelowMinusFortyAndKeepsNaNWhereItShould) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     for (const SoftmaxExpKind kind :
-         {SoftmaxExpKind::kNonPositive, SoftmaxExpKind::kFlushed, SoftmaxExpKind::kSafe}) {
+         {SoftmaxExpKind::kUnclamped, SoftmaxExpKind::kFlushed, SoftmaxExpKind::kSafe}) {
       for (const float y : Exp(kind, low)) EXPECT_EQ(y, 0.0f) << "kind " << static_cast<int>(kind);
       // Just above the flush: e^-40 = 4.25e-18, a normal float.
       EXPECT_NEAR(Exp(kind, {-40.0f})[0], 4.248354e-18f, 1e-23f);
     }
-    // NaN: carried through by the non-positive and safe forms (a NaN score
+    // NaN: carried through by the unclamped and safe forms (a NaN score
     // must poison its row), flushed to 0 by ExpFlushed.
-    EXPECT_TRUE(std::isnan(Exp(SoftmaxExpKind::kNonPositive, {nan})[0]));
+    EXPECT_TRUE(std::isnan(Exp(SoftmaxExpKind::kUnclamped, {nan})[0]));
     EXPECT_TRUE(std::isnan(Exp(SoftmaxExpKind::kSafe, {nan})[0]));
     EXPECT_EQ(Exp(SoftmaxExpKind::kFlushed, {nan})[0], 0.0f);
     // Above 88 the flushed forms clamp (a softmax argument never is).
