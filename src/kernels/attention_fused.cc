@@ -254,29 +254,25 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   const std::int64_t done = transposed ? PackKeysTransposed(p, t, c0, keys, ld, kt) : 0;
   for (std::int64_t c = 0; c < keys; ++c) {
     float* vrow = vp != nullptr ? vp + c * dp : nullptr;
-    if (c < done) {
-      if (vp == nullptr) continue;
-      PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], d, 1.0f, vrow);
-      for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
-      continue;
-    }
-    if (far && c + kAhead < keys) {
-      prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
-      if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
-    }
-    if (c == 0 && far) {
-      for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
-        prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
-        if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
+    if (c >= done) {  // K^T element by element
+      if (far && c + kAhead < keys) {
+        prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
+        if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
       }
+      if (c == 0 && far) {
+        for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
+          prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
+          if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
+        }
+      }
+      if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
+        for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
+        std::fill(vrow, vrow + dp, 0.0f);
+        continue;
+      }
+      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f, tmp);
+      for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
     }
-    if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
-      for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
-      std::fill(vrow, vrow + dp, 0.0f);
-      continue;
-    }
-    PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f, tmp);
-    for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
     if (vp == nullptr) continue;
     PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], d, 1.0f, vrow);
     for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
