@@ -34,9 +34,11 @@
 
 // The per-block steps (packing, the score tile, bias and mask, the online
 // softmax update, the P V product) are in attention_blocks-inl.h, shared
-// with the backward; the visible keys and the key blocks a query block
-// visits in attention_params.h; the call's plan (blocking, the task list,
-// how the threads share it) in attention_plan-inl.h.
+// with the backward; the blocked path's key block operands (K^T and V
+// packed, or V in place) in attention_pack-inl.h; the visible keys and the
+// key blocks a query block visits in attention_params.h; the call's plan
+// (blocking, the task list, how the threads share it) in
+// attention_plan-inl.h.
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_fused.cc"
@@ -49,7 +51,6 @@
 #include "kernels/attention_fused.h"
 
 #include <hwy/aligned_allocator.h>
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -64,6 +65,7 @@
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_decode-inl.h"
+#include "kernels/attention_pack-inl.h"
 #include "kernels/attention_plan-inl.h"
 #include "kernels/attention_task-inl.h"
 #include "kernels/float_store.h"
@@ -141,201 +143,6 @@ bool BlockKeep(const AttentionParams& p, const AttentionTask& t, std::int64_t c0
   }
   for (std::int64_t c = bc; c < bcp; ++c) w.keep[c] = 0.0f;
   return any;
-}
-
-// The kLanes x kLanes floats at column x of rows src[0 .. kLanes) (8 or 16
-// lanes), transposed: out[i] holds element x + i of every row, in row
-// order. Interleaves within 128-bit blocks make a 4 x 4 transpose of each
-// 4-row group (u[g][i], block k: element x + 4k + i of rows 4g ... 4g + 3),
-// then out[4k + i] gathers block k of u[0][i], u[1][i], ...: halves with
-// 8 lanes; with 16, blocks swapped pairwise, then halves.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // 8 or 16 lanes
-#define POSBIAS_TRANSPOSE_SQUARE 1
-template <int N>
-HWY_INLINE void TransposeSquare(DF df, const float* const* src, std::int64_t x, VF* out) {
-  static_assert(N == 8 || N == 16, "8 or 16 lanes");
-  const hn::Repartition<double, DF> dd;
-  constexpr int kGroups = N / 4;
-  VF u[kGroups][4];
-  for (int g = 0; g < kGroups; ++g) {
-    const VF r0 = hn::LoadU(df, src[4 * g] + x), r1 = hn::LoadU(df, src[4 * g + 1] + x);
-    const VF r2 = hn::LoadU(df, src[4 * g + 2] + x), r3 = hn::LoadU(df, src[4 * g + 3] + x);
-    const auto t0 = hn::BitCast(dd, hn::InterleaveLower(df, r0, r1));  // a0 b0 a1 b1
-    const auto t1 = hn::BitCast(dd, hn::InterleaveUpper(df, r0, r1));  // a2 b2 a3 b3
-    const auto t2 = hn::BitCast(dd, hn::InterleaveLower(df, r2, r3));  // c0 d0 c1 d1
-    const auto t3 = hn::BitCast(dd, hn::InterleaveUpper(df, r2, r3));  // c2 d2 c3 d3
-    u[g][0] = hn::BitCast(df, hn::InterleaveLower(dd, t0, t2));        // a0 b0 c0 d0
-    u[g][1] = hn::BitCast(df, hn::InterleaveUpper(dd, t0, t2));        // a1 b1 c1 d1
-    u[g][2] = hn::BitCast(df, hn::InterleaveLower(dd, t1, t3));
-    u[g][3] = hn::BitCast(df, hn::InterleaveUpper(dd, t1, t3));
-  }
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (N == 8) {
-      out[i] = hn::ConcatLowerLower(df, u[1][i], u[0][i]);
-      out[4 + i] = hn::ConcatUpperUpper(df, u[1][i], u[0][i]);
-    } else {
-      // [u0 b0, u1 b0, u0 b2, u1 b2] and [u0 b1, u1 b1, u0 b3, u1 b3]; the
-      // same of u2, u3; then their lower and upper halves.
-      const VF e01 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[1][i]), u[0][i]);
-      const VF o01 = hn::OddEvenBlocks(u[1][i], hn::SwapAdjacentBlocks(u[0][i]));
-      const VF e23 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[3][i]), u[2][i]);
-      const VF o23 = hn::OddEvenBlocks(u[3][i], hn::SwapAdjacentBlocks(u[2][i]));
-      out[i] = hn::ConcatLowerLower(df, e23, e01);
-      out[4 + i] = hn::ConcatLowerLower(df, o23, o01);
-      out[8 + i] = hn::ConcatUpperUpper(df, e23, e01);
-      out[12 + i] = hn::ConcatUpperUpper(df, o23, o01);
-    }
-  }
-}
-#endif
-
-// K^T of float32 key rows [c0, c0 + keys) whose elements are contiguous,
-// kLanes keys by kLanes elements at a time (TransposeSquare: one load and
-// one store per vector, where the element-by-element copy took a load and
-// a store per element); returns the keys done (a multiple of the lanes;
-// every column of d, the last d % kLanes element by element).
-std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                                std::int64_t keys, std::int64_t ld, float* kt) {
-#ifndef POSBIAS_TRANSPOSE_SQUARE
-  (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)kt;
-  return 0;
-#else
-  {
-    constexpr std::size_t kN = hn::MaxLanes(DF());
-    constexpr auto n = static_cast<std::int64_t>(kN);
-    const DF df;
-    const std::int64_t d = p.d;
-    const float* k = static_cast<const float*>(p.k);
-    std::int64_t c = 0;
-    for (; c + n <= keys; c += n) {
-      const float* rows[kN];
-      for (std::size_t u = 0; u < kN; ++u) {
-        rows[u] = k + KeyRowAt(p, t, c0 + c + static_cast<std::int64_t>(u), false);
-      }
-      std::int64_t x = 0;
-      for (; x + n <= d; x += n) {
-        VF cols[kN];
-        TransposeSquare<static_cast<int>(kN)>(df, rows, x, cols);
-        for (std::int64_t i = 0; i < n; ++i) hn::StoreU(cols[i], df, kt + (x + i) * ld + c);
-      }
-      for (; x < d; ++x) {
-        for (std::int64_t u = 0; u < n; ++u) kt[x * ld + c + u] = rows[u][x];
-      }
-    }
-    return c;
-  }
-#undef POSBIAS_TRANSPOSE_SQUARE
-#endif
-}
-
-// Key rows [c0, c0 + keys) as K^T [d][ld] (zero columns up to ld) and,
-// unless P V reads them in place (vp null), V [keys][dp] (zero past d).
-void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-                  std::int64_t c0, std::int64_t keys, std::int64_t ld, float* kt, float* vp,
-                  float* tmp) {
-  const std::int64_t d = p.d;
-  const std::size_t esize = dtype_size(p.kv_dtype);
-  // Rows further apart than a 4 KiB page (a paged cache's kv heads side by
-  // side: one row per hk * d elements) are not followed by the hardware's
-  // stream prefetchers: each would wait for memory on its own. Those are
-  // prefetched kAhead keys ahead.
-  constexpr std::int64_t kAhead = 8;
-  const bool far =
-      p.key_layout == KeyLayout::kPaged && static_cast<std::size_t>(p.k_stride[2]) * esize >= 4096;
-  const auto prefetch_row = [&](const void* base, std::int64_t at) {
-    const char* row = static_cast<const char*>(base) + static_cast<std::size_t>(at) * esize;
-    for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64)
-      hwy::Prefetch(row + b);
-  };
-  // Float32 keys in place, no key mask: K^T by register transposes, so
-  // only V (where it is packed) and the last keys go row by row.
-  const bool transposed =
-      p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1 && p.key_mask == nullptr && !far;
-  const std::int64_t done = transposed ? PackKeysTransposed(p, t, c0, keys, ld, kt) : 0;
-  for (std::int64_t c = 0; c < keys; ++c) {
-    float* vrow = vp != nullptr ? vp + c * dp : nullptr;
-    if (c >= done) {  // K^T element by element
-      if (far && c + kAhead < keys) {
-        prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
-        if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
-      }
-      if (c == 0 && far) {
-        for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
-          prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
-          if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
-        }
-      }
-      if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
-        for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
-        std::fill(vrow, vrow + dp, 0.0f);
-        continue;
-      }
-      PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c, false), p.k_stride[3], d, 1.0f, tmp);
-      for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = tmp[x];
-    }
-    if (vp == nullptr) continue;
-    PackRow(p.v, p.kv_dtype, KeyRowAt(p, t, c0 + c, true), p.v_stride[3], d, 1.0f, vrow);
-    for (std::int64_t x = d; x < dp; ++x) vrow[x] = 0.0f;
-  }
-  for (std::int64_t x = 0; x < d; ++x) {
-    for (std::int64_t c = keys; c < ld; ++c) kt[x * ld + c] = 0.0f;
-  }
-}
-
-// A key block's operands for the blocked path: K^T [d][ld] and V [keys][dp]
-// (vp), or V's rows in place (v_rows, of p.kv_dtype, ldv elements apart).
-struct KeyBlockOperands {
-  const float* kt;
-  std::int64_t ld;
-  const float* vp;
-  const void* v_rows = nullptr;
-  std::int64_t ldv = 0;
-};
-
-// Blocked: K^T and V of key block kb, from the head's shared packing or
-// packed here for this block; and the rows' ALiBi anchors for the score
-// tile.
-KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlocking& bl,
-                                const AttentionTask& t, std::int64_t kb, std::int64_t max_lim,
-                                std::int64_t cols, AttentionWork& w) {
-  const std::int64_t d = p.d, dp = bl.dp;
-  const std::int64_t c0 = kb * bl.bk;
-  float* kt = w.kt.get();
-  float* vp = w.v.get();
-  std::int64_t ld = cols;
-  std::int64_t keys = max_lim;
-  if (t.use_pack) {
-    ld = bl.bkp;
-    keys = std::min(bl.bk, t.sq.j - c0);
-    kt = w.pack.kt.get() + kb * d * ld;
-    vp = w.pack.v.get() + c0 * dp;
-  }
-  if (t.v_in_place) vp = nullptr;
-  if (!t.use_pack || !w.pack.ready[static_cast<std::size_t>(kb)]) {
-    PackKeyBlock(p, t, dp, c0, keys, ld, kt, vp, w.row.get());
-    if (t.use_pack) w.pack.ready[static_cast<std::size_t>(kb)] = 1;
-  }
-  if (p.bias == FusedBias::kAlibi) {  // the score tile's ALiBi (QKRows or QKSoftmaxTile)
-    for (std::int64_t rr = 0; rr < t.br; ++rr) {
-      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
-      w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
-    }
-  } else if (p.bias == FusedBias::kTable) {  // QKSoftmaxTile's table (one query head here)
-    for (std::int64_t rr = 0; rr < t.br; ++rr) {
-      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
-      w.table_rows[static_cast<std::size_t>(rr)] =
-          w.lim[static_cast<std::size_t>(rr)] > 0
-              ? p.rtable + t.hh * p.rtable_stride + table_index(p, c0 - qpos)
-              : nullptr;
-    }
-  }
-  if (t.v_in_place) {
-    const std::int64_t at = t.v_base + c0 * p.v_stride[2];
-    return {kt, ld, nullptr,
-            static_cast<const char*>(p.v) + static_cast<std::size_t>(at) * dtype_size(p.kv_dtype),
-            p.v_stride[2]};
-  }
-  return {kt, ld, vp};
 }
 
 // O = alpha O + P V for rows [rr, rr + R) of the task over the block.
