@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_exp-inl.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
 

@@ -1,5 +1,5 @@
 // Internal, per instruction set: the softmax's exp, as the attention
-// kernels (attention_blocks-inl.h and the files that include it) use it:
+// kernels (attention_softmax-inl.h, the backward) use it:
 // ExpInRange (the arithmetic), ExpFlushed (clamped, tiny terms and NaN
 // flushed to 0), ExpUnclamped (for x <= 88 only: no clamp), SafeExp
 // (flushed, but NaN stays NaN).

@@ -67,6 +67,7 @@
 #include "kernels/attention_decode-inl.h"
 #include "kernels/attention_pack-inl.h"
 #include "kernels/attention_plan-inl.h"
+#include "kernels/attention_softmax-inl.h"
 #include "kernels/attention_task-inl.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"

@@ -19,6 +19,7 @@
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_params.h"
+#include "kernels/attention_softmax-inl.h"
 #include "kernels/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
