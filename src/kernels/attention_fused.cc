@@ -172,10 +172,10 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
 }
 
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
-// the causal diagonal that halves the product). Where the tile spans the
-// whole block and every row sees all of it, the scores need no pass of
-// their own (no mask, window edge or dense bias; a soft-cap, ALiBi and a
-// distance table are applied on the registers): the tile also does the rows'
+// the causal diagonal that halves the product). Where the block is whole
+// chunks of the register tile (kAttnVecs vectors of keys) and every row
+// sees all of it, the scores need no pass of their own (no mask, window edge or dense bias; a
+// soft-cap, ALiBi and a distance table are applied on the registers): the tile also does the rows'
 // softmax update on its registers (and returns true); else SoftmaxRows
 // follows. So does the main tile where each row sees the block from its
 // first key up to its own last (the causal diagonal), over the vectors
@@ -194,7 +194,10 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     from_first = from_first && w.first[static_cast<std::size_t>(x)] == 0;
     whole = whole && w.lim[static_cast<std::size_t>(x)] == cols;
   }
-  if (cols == kAttnVecs * n && p.key_mask == nullptr && from_first && most > 0 &&
+  // The tile's chunk: kAttnVecs vectors of keys (the 64-key block on
+  // AVX-512, 16 keys on AVX2).
+  const std::int64_t chunk = kAttnVecs * n;
+  if (cols % chunk == 0 && p.key_mask == nullptr && from_first && most > 0 &&
       p.bias != FusedBias::kDense && t.nh == 1) {
     float* m = w.m.get() + rr;
     float* l = w.l.get() + rr;
@@ -202,14 +205,14 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     float* alpha = w.alpha.get() + rr;
     const std::int64_t* lim = w.lim.data() + rr;
     const TileBias tb{fold, w.table_rows.data() + rr};
-    // V vectors of keys (the first V n) with the call's bias; the tags are
-    // std::integral_constant.
-    const auto tile = [&](auto vecs, auto cap_tag, auto partial_tag) {
+    // `chunks` chunks of V vectors of keys (the first chunks V n) with the
+    // call's bias; the tags are std::integral_constant.
+    const auto tile = [&](auto vecs, auto cap_tag, auto partial_tag, std::int64_t chunks) {
       const auto run = [&](auto kind_tag) {
         QKSoftmaxTile<R, decltype(vecs)::value, decltype(kind_tag)::value, decltype(cap_tag)::value,
                       decltype(partial_tag)::value>(df, w.q.get() + rr * d, d, d, op.kt, op.ld,
-                                                    srow, cols, tb, p.softcap, lim, m, l, lv,
-                                                    alpha);
+                                                    srow, cols, tb, p.softcap, lim, chunks, m, l,
+                                                    lv, alpha);
       };
       switch (p.bias) {
         case FusedBias::kAlibi:
@@ -225,20 +228,26 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
     };
     const std::true_type yes;
     const std::false_type no;
+    const std::integral_constant<int, kAttnVecs> all;
+    const std::int64_t chunks = cols / chunk;
     if (whole) {
-      const std::integral_constant<int, kAttnVecs> all;
-      p.softcap > 0.0f ? tile(all, yes, no) : tile(all, no, no);
+      p.softcap > 0.0f ? tile(all, yes, no, chunks) : tile(all, no, no, chunks);
       return true;
     }
-    // The causal diagonal: the main tile over the vectors its rows reach
-    // (as many as QKRows would compute), without a soft-cap.
+    // The causal diagonal: the main tile over the vectors its rows reach,
+    // without a soft-cap. In one chunk (AVX-512), as many vectors as QKRows
+    // would compute: reach is 1 to kAttnVecs (most is 1 to cols), and the
+    // row tiles' dispatch turns it into a compile-time count. In several,
+    // the chunks the rows reach.
     if constexpr (R == kFwdRows) {
       if (p.softcap == 0.0f) {
-        // reach is 1 to kAttnVecs (most is 1 to cols); the row tiles'
-        // dispatch turns it into a compile-time count.
         const std::int64_t reach = (most + n - 1) / n;
-        RemainderRowTile<kAttnVecs>(reach, 0,
-                                    [&](auto vecs, std::int64_t) { tile(vecs, no, yes); });
+        if (chunks == 1) {
+          RemainderRowTile<kAttnVecs>(reach, 0,
+                                      [&](auto vecs, std::int64_t) { tile(vecs, no, yes, 1); });
+        } else {
+          tile(all, no, yes, (reach + kAttnVecs - 1) / kAttnVecs);
+        }
         return true;
       }
     }
