@@ -200,7 +200,11 @@ TEST(AttentionKernelPaths, ForwardBlockOfMinusInfScoresAddsNothing) {
 // exceeds it by at most ln 256 (exp terms up to 256, no rescale), and moves
 // it past that. Scores rising along the keys by 64 x step per 64-key block:
 // rows of one tile with steps below and above the threshold per block, a
-// tile whose maxima then fall; larger scores (per block 5.8 to 27).
+// tile whose maxima then fall; larger scores (per block 5.8 to 27). Where
+// the tile goes through a block in chunks (AVX2, SSE4: 16 and 8 keys), a
+// chunk that moves the maximum rescales the P of the block's earlier chunks
+// (the test fails without that rescale, and with alpha the last chunk's
+// factor instead of their product).
 TEST(AttentionKernelPaths, ForwardRunningMaximumKeptWithinTheThreshold) {
   // Four query heads on one kv head: enough tasks that no key split makes
   // each block the first of its task.
