@@ -242,7 +242,7 @@ void BwdRow(DF df, const AttentionParams& p, AttentionBwdHead& hd, std::int64_t 
       keep = hn::And(keep, hn::Ne(hn::LoadU(df, hd.keep + c0 + x), hn::Zero(df)));
     VF v = hn::Load(df, s + x);
     if (capped) {
-      const VF t = hn::Tanh(df, hn::Mul(v, inv_cap));
+      const VF t = SoftcapTanh(df, hn::Mul(v, inv_cap));
       hn::Store(hn::NegMulAdd(t, t, one), df, tg + x);
       v = hn::Mul(cap, t);
     }

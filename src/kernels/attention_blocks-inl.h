@@ -24,7 +24,6 @@
 #define POSBIAS_SRC_KERNELS_ATTENTION_BLOCKS_INL_H_
 #endif
 
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include <type_traits>
 
 #include "checks.h"
+#include "kernels/attention_exp-inl.h"
 #include "kernels/attention_params.h"
 #include "posbias/dtype.h"
 
@@ -426,7 +426,7 @@ HWY_INLINE float BiasMaskMaxRow(DF df, const RowBias& rb, std::int64_t cols, std
   [[maybe_unused]] const VF inv_cap = hn::Set(df, kCap ? 1.0f / rb.softcap : 0.0f);
   const auto capped = [&](VF v) {
     if constexpr (kCap) {
-      return hn::Mul(cap, hn::Tanh(df, hn::Mul(v, inv_cap)));
+      return hn::Mul(cap, SoftcapTanh(df, hn::Mul(v, inv_cap)));
     } else {
       return v;
     }
@@ -496,7 +496,7 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
       const VF inv_cap = hn::Set(df, 1.0f / rb.softcap);
       const std::int64_t end = std::min(cols, AttnRoundUp(df, lim));
       for (std::int64_t x = first - first % n; x < end; x += n) {
-        hn::Store(hn::Mul(cap, hn::Tanh(df, hn::Mul(hn::Load(df, s + x), inv_cap))), df, s + x);
+        hn::Store(hn::Mul(cap, SoftcapTanh(df, hn::Mul(hn::Load(df, s + x), inv_cap))), df, s + x);
       }
     }
     for (std::int64_t c = first; c < lim; ++c) s[c] += rb.dense[c * rb.dense_step];
@@ -512,7 +512,7 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
   VF vmax = ninf;
   for (std::int64_t x = x0; x < span; x += n) {
     VF v = hn::Load(df, s + x);
-    if (capped) v = hn::Mul(cap, hn::Tanh(df, hn::Mul(v, inv_cap)));
+    if (capped) v = hn::Mul(cap, SoftcapTanh(df, hn::Mul(v, inv_cap)));
     if (rb.kind == FusedBias::kAlibi) {
       v = hn::MulAdd(neg_slope, AlibiDistance(df, rb, x), v);
     } else if (rb.kind == FusedBias::kTable) {

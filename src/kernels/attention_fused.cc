@@ -504,7 +504,7 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   if (bl.splits > 1) MergeSplits(p, bl, list, parts, parallel);
 }
 
-// The softmax's exp variants over n values (tests).
+// The softmax's exp variants and the soft-cap's tanh over n values (tests).
 void SoftmaxExp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n) {
   const DF df;
   const std::int64_t lanes = AttnLanes(df);
@@ -519,6 +519,9 @@ void SoftmaxExp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n)
         break;
       case SoftmaxExpKind::kFlushed:
         v = ExpFlushed(df, v);
+        break;
+      case SoftmaxExpKind::kSoftcapTanh:
+        v = SoftcapTanh(df, v);
         break;
       default:
         v = SafeExp(df, v);

@@ -26,7 +26,8 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 //   kUnclamped:   ExpUnclamped, for x <= 88 or NaN (0 below -40).
 //   kFlushed:     ExpFlushed (0 below -40 and for NaN; x above 88 as 88).
 //   kSafe:        SafeExp (ExpFlushed, but NaN stays NaN).
-enum class SoftmaxExpKind : std::uint8_t { kUnclamped, kFlushed, kSafe };
+//   kSoftcapTanh: SoftcapTanh, the soft-cap's tanh built on SafeExp.
+enum class SoftmaxExpKind : std::uint8_t { kUnclamped, kFlushed, kSafe, kSoftcapTanh };
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n);
 
 }  // namespace posbias::detail

@@ -99,7 +99,7 @@ HWY_INLINE void TileChunkScores(DF df, const float* HWY_RESTRICT q, std::int64_t
     const VF inv_cap = hn::Set(df, 1.0f / softcap);
     for (int r = 0; r < R; ++r) {
       for (int u = 0; u < V; ++u) {
-        acc[r][u] = hn::Mul(cap, hn::Tanh(df, hn::Mul(acc[r][u], inv_cap)));
+        acc[r][u] = hn::Mul(cap, SoftcapTanh(df, hn::Mul(acc[r][u], inv_cap)));
       }
     }
   } else {

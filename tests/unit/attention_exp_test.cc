@@ -1,6 +1,7 @@
 // The softmax's exp (src/kernels/attention_exp-inl.h) on every instruction
 // set Highway compiled: within 2 ulp of the double exp over its range, the
-// flushes below -40, and what it makes of -inf and NaN.
+// flushes below -40, and what it makes of -inf and NaN; and the soft-cap's
+// tanh built on it.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -92,6 +93,42 @@ TEST(AttentionExp, FlushesBelowMinusFortyAndKeepsNaNWhereItShould) {
     // Above 88 the flushed forms clamp (a softmax argument never is).
     EXPECT_EQ(Exp(SoftmaxExpKind::kFlushed, {100.0f})[0], Exp(SoftmaxExpKind::kFlushed, {88.0f})[0]);
     EXPECT_TRUE(std::isfinite(Exp(SoftmaxExpKind::kSafe, {inf})[0]));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// The soft-cap's tanh: within 1.5e-7 of the double tanh (absolute; the
+// score is cap times it) from 0 to 30 either side, odd, exactly +-1 far out
+// and at +-inf, NaN kept, and relatively close where it matters least
+// (tiny x gives tiny scores: 1e-7 of them is far below a score's ulp at 1).
+TEST(AttentionExp, SoftcapTanhWithinAbsoluteBoundOnEveryTarget) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x;
+  for (int c = -300000; c <= 300000; ++c) x.push_back(static_cast<float>(c) * 1e-4f);
+  for (int k = 1; k <= 40; ++k) {
+    x.push_back(std::ldexp(1.0f, -k));
+    x.push_back(-std::ldexp(1.0f, -k));
+  }
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    const std::vector<float> y = Exp(SoftmaxExpKind::kSoftcapTanh, x);
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    for (std::size_t c = 0; c < x.size(); ++c) {
+      const double err =
+          std::fabs(static_cast<double>(y[c]) - std::tanh(static_cast<double>(x[c])));
+      if (err > worst) worst = err, worst_x = x[c];
+      ASSERT_EQ(std::signbit(y[c]), std::signbit(x[c])) << "x = " << x[c];
+      ASSERT_LE(std::fabs(y[c]), 1.0f) << "x = " << x[c];
+    }
+    EXPECT_LE(worst, 1.5e-7) << "at x = " << worst_x;
+    const std::vector<float> ends =
+        Exp(SoftmaxExpKind::kSoftcapTanh, {20.0f, -25.0f, 1e30f, inf, -inf});
+    EXPECT_EQ(ends, (std::vector<float>{1.0f, -1.0f, 1.0f, 1.0f, -1.0f}));
+    EXPECT_TRUE(std::isnan(Exp(SoftmaxExpKind::kSoftcapTanh, {nan})[0]));
+    EXPECT_EQ(Exp(SoftmaxExpKind::kSoftcapTanh, {0.0f})[0], 0.0f);
   }
   hwy::SetSupportedTargetsForTest(0);
 }
