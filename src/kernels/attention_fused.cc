@@ -174,8 +174,9 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the block is whole
 // chunks of the register tile (kAttnVecs vectors of keys) and every row
-// sees all of it, the scores need no pass of their own (no mask, window edge or dense bias; a
-// soft-cap, ALiBi and a distance table are applied on the registers): the tile also does the rows'
+// sees all of it, the scores need no pass of their own (no mask, window
+// edge or dense bias; ALiBi, a distance table and, in one chunk, a
+// soft-cap are applied on the registers): the tile also does the rows'
 // softmax update on its registers (and returns true); else SoftmaxRows
 // follows. So does the main tile where each row sees the block from its
 // first key up to its own last (the causal diagonal), over the vectors
