@@ -60,6 +60,9 @@ constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
 // are FMA operands straight from memory).
 constexpr int kDecPairVecs = 2 * kAttnVecs;
 constexpr int kDecRowVecs = 8;
+// Keys per group of a P V tile whose row needs several chunks of columns
+// (DecPVTile): 4 KiB of float32 rows at d = 128.
+constexpr std::int64_t kDecPVGroup = 8;
 
 // Vectors of q a one-row score pass holds in registers with its N
 // accumulators: 8 + 16 of AVX-512's 32 registers, 4 + 8 of AVX2's 16.
@@ -156,11 +159,34 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       acc[u] = a;
     }
   };
-  std::int64_t x = 0;
-  for (; x + kDecQVecs * n <= whole; x += kDecQVecs * n) {
-    chunk(std::integral_constant<int, kDecQVecs>(), x);
+  if (whole > kDecQVecs * n) {
+    // A row wider than q's registers (d = 128 on AVX2: 16 vectors, 4 in
+    // registers): key by key, each row front to back with q's vectors
+    // loaded again from L1 (two loads per FMA, two sums per key for the
+    // FMA latency). Chunk by chunk across the N rows instead, the memory
+    // saw a stride of one row and read 0.85-0.9x as fast (a Zen 3, a
+    // sum over the same bytes in each order).
+#pragma GCC unroll 16
+    for (std::size_t u = 0; u < kDecLanes; ++u) {
+      if (pf != nullptr) prefetch(u);
+      const TK* HWY_RESTRICT row = kr[u];
+      VF a0 = hn::Mul(hn::LoadU(df, q), LoadWide(df, row));
+      VF a1 = hn::Zero(df);
+      std::int64_t y = n;
+      for (; y + 2 * n <= whole; y += 2 * n) {
+        a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
+        a0 = hn::MulAdd(hn::LoadU(df, q + y + n), LoadWide(df, row + y + n), a0);
+      }
+      if (y < whole) a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
+      acc[u] = hn::Add(a0, a1);
+    }
+  } else {
+    std::int64_t x = 0;
+    for (; x + kDecQVecs * n <= whole; x += kDecQVecs * n) {
+      chunk(std::integral_constant<int, kDecQVecs>(), x);
+    }
+    for (; x < whole; x += n) chunk(std::integral_constant<int, 1>(), x);
   }
-  for (; x < whole; x += n) chunk(std::integral_constant<int, 1>(), x);
   if (whole == 0 && pf != nullptr) {  // d < N: no chunk
     for (std::size_t u = 0; u < kDecLanes; ++u) prefetch(u);
   }
@@ -385,7 +411,8 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
-  const auto chunk = [&](auto vw_tag, std::int64_t x) {
+  // Columns [x, x + kVW n) over keys [c0, c1).
+  const auto chunk = [&](auto vw_tag, std::int64_t x, std::int64_t c0, std::int64_t c1) {
     constexpr int kVW = decltype(vw_tag)::value;
     VF acc[RB][kVW];
     for (int r = 0; r < RB; ++r) {
@@ -393,7 +420,7 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     }
     const TV* HWY_RESTRICT bx = base + x;
     const bool prefetch = pf != nullptr && x == 0;
-    for (std::int64_t c = 0; c < count; ++c) {
+    for (std::int64_t c = c0; c < c1; ++c) {
       if (prefetch) DecPrefetchRow(pf->Ahead(base, c_first + c), row_bytes);
       const TV* HWY_RESTRICT row = bx + at[c];
       VF vv[kVW];
@@ -407,10 +434,25 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
       for (int u = 0; u < kVW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
     }
   };
-  std::int64_t x = 0;
-  for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
-  for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x);
-  for (; x < d; ++x) {
+  const auto columns = [&](std::int64_t c0, std::int64_t c1) {
+    std::int64_t x = 0;
+    for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x, c0, c1);
+    for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x, c0, c1);
+  };
+  if (d <= VW * n) {
+    columns(0, count);
+  } else {
+    // A row wider than the tile's accumulators (d = 128 on AVX2: 16
+    // vectors, 8 or 4 held): kDecPVGroup keys at a time, each chunk of
+    // columns over them, so the later chunks find the rows in L1 and the
+    // memory sees each row read front to back. Each chunk over all the
+    // keys (a stride of one row in memory, the later chunks from L2)
+    // read 0.85x as fast (a Zen 3, a sum over the same bytes both ways).
+    for (std::int64_t c = 0; c < count; c += kDecPVGroup) {
+      columns(c, std::min(c + kDecPVGroup, count));
+    }
+  }
+  for (std::int64_t x = d - d % n; x < d; ++x) {
     for (int r = 0; r < RB; ++r) {
       float sum = o[r * dp + x];
       for (std::int64_t c = 0; c < count; ++c) sum += pw[r * ldp + c] * AttnToF(base[at[c] + x]);
