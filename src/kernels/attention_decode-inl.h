@@ -60,6 +60,11 @@ constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
 // are FMA operands straight from memory).
 constexpr int kDecPairVecs = 2 * kAttnVecs;
 constexpr int kDecRowVecs = 8;
+// Four rows (grouped query heads of one kv head): 4 x 2 vectors of
+// accumulators on AVX2, 4 x 4 on AVX-512, so the value rows are read from
+// memory once for the four rows (as pairs, the second pair read them
+// again from L2).
+constexpr int kDecQuadVecs = kAttnVecs;
 // Keys per group of a P V tile whose row needs several chunks of columns
 // (DecPVTile): 4 KiB of float32 rows at d = 128.
 constexpr std::int64_t kDecPVGroup = 8;
@@ -491,7 +496,7 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
   const auto tile = [&](auto rows_tag, std::int64_t r, std::int64_t from, std::int64_t to,
                         const TV* base, bool first_rows) {
     constexpr int R = decltype(rows_tag)::value;
-    constexpr int kVW = R == 1 ? kDecRowVecs : kDecPairVecs;
+    constexpr int kVW = R == 1 ? kDecRowVecs : R == 2 ? kDecPairVecs : kDecQuadVecs;
     for (std::int64_t c = from; c < to;) {
       if (keep != nullptr) {
         while (c < to && keep[c] == 0.0f) ++c;
@@ -514,6 +519,17 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     const TV* base = v.base + (kv - t.kvh) * v.kv_step;
     const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
     std::int64_t r = rr.begin;
+    for (; r + 4 <= rr.end; r += 4) {  // fours: the keys all see, then each row's others
+      const bool pf = r == rr.begin;
+      ForCommonKeys<4>(
+          r, first, lim,
+          [&](std::int64_t b, std::int64_t e) {
+            tile(std::integral_constant<int, 4>(), r, b, e, base, pf);
+          },
+          [&](std::int64_t x, std::int64_t from, std::int64_t to) {
+            tile(one, x, from, to, base, pf);
+          });
+    }
     for (; r + 2 <= rr.end; r += 2) {  // pairs: the keys both see, then each row's others
       const bool pf = r == rr.begin;
       ForCommonKeys<2>(
