@@ -130,14 +130,16 @@ HWY_INLINE VF DecLaneSums(DF df, const VF* acc) {
 // rows kr (their dtype), stored as one vector at s (aligned).
 // pf, when not null: N rows to prefetch, one before each key's.
 //
-// q is held in registers kDecQVecs vectors at a time (all of d = 128 on
-// AVX-512), and each key row's vectors are FMA operands straight from
-// memory: one instruction per vector of a key row. Loading q again for
-// every key (two loads per FMA, in a loop of d / 2N steps per key) made
-// the score pass about 65 instructions per key on a Zen 5, twice the
-// value pass. Key by key within a chunk, each row read front to back: the
-// memory sees one sequential stream (walking d across the N rows instead,
-// a vector of every row then the next, read 0.8x as fast on a Zen 5).
+// When q fits in kDecQVecs registers (d = 128 on AVX-512), it stays there
+// and each key row's vectors are FMA operands straight from memory: one
+// instruction per vector of a key row. Loading q again for every key (two
+// loads per FMA, in a loop of d / 2N steps per key) made the score pass
+// about 65 instructions per key on a Zen 5, twice the value pass. Key by
+// key, each row read front to back: the memory sees one sequential stream
+// (walking d across the N rows instead, a vector of every row then the
+// next, read 0.8x as fast on a Zen 5). A wider row (d = 128 on AVX2) is
+// read the same way, with q from L1: there the memory, not the
+// instruction count, sets the pace.
 template <typename TK>
 HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d,
                               const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s) {
