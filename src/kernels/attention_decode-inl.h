@@ -521,28 +521,22 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     const TV* base = v.base + (kv - t.kvh) * v.kv_step;
     const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
     std::int64_t r = rr.begin;
-    for (; r + 4 <= rr.end; r += 4) {  // fours: the keys all see, then each row's others
-      const bool pf = r == rr.begin;
-      ForCommonKeys<4>(
-          r, first, lim,
-          [&](std::int64_t b, std::int64_t e) {
-            tile(std::integral_constant<int, 4>(), r, b, e, base, pf);
-          },
-          [&](std::int64_t x, std::int64_t from, std::int64_t to) {
-            tile(one, x, from, to, base, pf);
-          });
-    }
-    for (; r + 2 <= rr.end; r += 2) {  // pairs: the keys both see, then each row's others
-      const bool pf = r == rr.begin;
-      ForCommonKeys<2>(
-          r, first, lim,
-          [&](std::int64_t b, std::int64_t e) {
-            tile(std::integral_constant<int, 2>(), r, b, e, base, pf);
-          },
-          [&](std::int64_t x, std::int64_t from, std::int64_t to) {
-            tile(one, x, from, to, base, pf);
-          });
-    }
+    // Tiles of R rows while R fit: the keys all R see, then each row's
+    // others; the first tile of the kv head prefetches.
+    const auto tiles_of = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      for (; r + R <= rr.end; r += R) {
+        const bool pf = r == rr.begin;
+        ForCommonKeys<R>(
+            r, first, lim,
+            [&](std::int64_t b, std::int64_t e) { tile(rows_tag, r, b, e, base, pf); },
+            [&](std::int64_t x, std::int64_t from, std::int64_t to) {
+              tile(one, x, from, to, base, pf);
+            });
+      }
+    };
+    tiles_of(std::integral_constant<int, 4>());
+    tiles_of(std::integral_constant<int, 2>());
     for (; r < rr.end; ++r) tile(one, r, first(r), lim(r), base, r == rr.begin);
   }
 }
