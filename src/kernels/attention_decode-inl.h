@@ -490,9 +490,12 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     // in groups of 8 keys, their one or two vectors per chunk made the
     // memory see 8 interleaved streams, and a stand-alone probe of the
     // four-row tile's value pass read 0.65x as fast (8.3 against 12.7
-    // GB/s, one thread, Zen 3). One row reads 2 or 4 lines of a row per
-    // chunk and keeps its groups (the same speed either way there).
-    constexpr std::int64_t kGroup = RB == 1 ? kDecPVGroup : 1;
+    // GB/s, one thread, Zen 3). One row keeps its groups (the same speed
+    // either way there), and so does a chunk of 64 columns or more
+    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
+    // AVX2's one row; its stores per key are not measured there).
+    constexpr std::int64_t kGroup =
+        RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup : 1;
     std::int64_t c = 0;
     for (; c + kGroup <= count; c += kGroup) {
       const TV* rows[kGroup];
