@@ -192,9 +192,9 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
         acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
       }
     };
-    if (whole == d && d == 16 * n) {
+    if (d == 16 * n) {
       fixed(std::integral_constant<int, 16>());
-    } else if (whole == d && d == 8 * n) {
+    } else if (d == 8 * n) {
       fixed(std::integral_constant<int, 8>());
     } else {
 #pragma GCC unroll 16
