@@ -1,0 +1,200 @@
+// Internal, per instruction set: where the direct (decode) path reads a key
+// block's K and V rows (attention_decode-inl.h): each row's element offset,
+// one page run after another in a paged cache (a page's base computed once),
+// and the rows a pass prefetches about kDecAheadBytes ahead of the one it
+// reads (the hardware's prefetchers start again at every page).
+// Per-target include guard (Highway's toggle idiom).
+#if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
+#undef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
+#else
+#define POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
+#endif
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_task-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lanes of a float vector (compile time: x86 vectors have a fixed size).
+constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
+
+// Software prefetch. The hardware's stream prefetchers follow a stream
+// within a 4 KiB page and start again at each new page; a 16-key group of
+// float16 rows (d = 128) is one page, so every group began with its loads
+// waiting for memory (perf: a third of the score pass's samples on the
+// first key of each group). Both passes prefetch the rows about
+// kDecAheadBytes ahead of the one they read (at least one key, at most
+// kDecMaxAhead keys, attention_task-inl.h).
+constexpr std::int64_t kDecAheadBytes = 4096;
+
+// Every cache line of the row's bytes [row, row + bytes).
+HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes) {
+  const char* b = static_cast<const char*>(row);
+#pragma GCC unroll 8
+  for (std::int64_t x = 0; x < bytes; x += 64) hwy::Prefetch(b + x);
+}
+
+// The rows [begin, end) of the task that belong to kv head kv (query heads
+// kv * group ... of the task's heads [hh, hh + nh)).
+struct DecRowRange {
+  std::int64_t begin, end;
+};
+
+HWY_INLINE DecRowRange DecRowsOfKvHead(const AttentionParams& p, const AttentionTask& t,
+                                       std::int64_t kv) {
+  const std::int64_t group = p.h / p.hk;
+  const std::int64_t h0 = std::max(kv * group, t.hh), h1 = std::min((kv + 1) * group, t.hh + t.nh);
+  return {(h0 - t.hh) * t.br, (h1 - t.hh) * t.br};
+}
+
+// The task's last kv head (its first is t.kvh).
+HWY_INLINE std::int64_t DecLastKvHead(const AttentionParams& p, const AttentionTask& t) {
+  return (t.hh + t.nh - 1) / (p.h / p.hk);
+}
+
+// Element offsets of the rows of keys [c0, c0 + n + extra) of the task's
+// first kv head in k (v with `values`); the extra keys (past the block,
+// within the sequence) are only prefetched. A paged cache is walked page
+// run by page run (a page's base once, no division per key). A key of the
+// block that the key mask hides gets the offset of a key the block attends
+// (BlockKeep found one): its score is masked and its weight is never used,
+// so nothing depends on what its row holds.
+void DecRowOffsets(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                   std::int64_t n, std::int64_t extra, bool values, std::int64_t* at,
+                   const AttentionWork& w) {
+  const std::int64_t* st = values ? p.v_stride : p.k_stride;
+  const std::int64_t all = n + extra;
+  if (p.key_layout == KeyLayout::kPaged) {
+    const std::int32_t* table = p.block_table + t.bb * p.block_table_stride[0];
+    std::int64_t page = c0 / p.block_size, row = c0 % p.block_size;
+    for (std::int64_t c = 0; c < all; ++page, row = 0) {
+      const std::int64_t base = table[page * p.block_table_stride[1]] * st[0] + t.kvh * st[1];
+      const std::int64_t run = std::min(all - c, p.block_size - row);
+      for (std::int64_t k = 0; k < run; ++k) at[c + k] = base + (row + k) * st[2];
+      c += run;
+    }
+  } else {
+    const std::int64_t base = (values ? t.v_base : t.k_base) + c0 * st[2];
+    for (std::int64_t c = 0; c < all; ++c) at[c] = base + c * st[2];
+  }
+  if (p.key_mask == nullptr) return;
+  std::int64_t kept = 0;
+  while (kept < n && w.keep[kept] == 0.0f) ++kept;
+  for (std::int64_t c = 0; c < n && kept < n; ++c) {
+    if (w.keep[c] == 0.0f) at[c] = at[kept];
+  }
+}
+
+// Where the decode kernels read a block's rows: base + at[c] (+ a kv
+// head's offset) is key c's row, in the dtype T.
+// ahead > 0: a pass prefetches the row it will read `ahead` rows later
+// (at[] holds `avail` entries; the last one stands for those past it).
+template <typename T>
+struct DecRows {
+  const T* base;
+  const std::int64_t* at;
+  std::int64_t kv_step;  // elements between the rows of two kv heads
+  std::int64_t ahead = 0, avail = 0;
+
+  // The value pass walks one kv head's keys in order: while reading key c
+  // of the kv head at b, key c + ahead's row.
+  const T* Ahead(const T* b, std::int64_t c) const {
+    return b + at[std::min(c + ahead, avail - 1)];
+  }
+
+  // The key pass walks groups of n keys, each group kv head by kv head
+  // (nkv of them). While it reads the n keys of one place (group, kv
+  // head), it prefetches the rows `ahead` steps further in that order: the
+  // last n - ahead % n keys of one place and the first ahead % n of the
+  // next. A GroupWalk is that first place (the first key of its group,
+  // the task's kv head there): it moves on by one place per call, so no
+  // call divides.
+  struct GroupWalk {
+    std::int64_t group, kv;
+  };
+  GroupWalk StartGroups(std::int64_t n, std::int64_t nkv) const {
+    const std::int64_t span = n * nkv;
+    return {ahead / span * n, ahead % span / n};
+  }
+  // The rows to prefetch while reading the walk's next n keys, into
+  // pf[0, n).
+  void NextInGroups(GroupWalk& g, std::int64_t n, std::int64_t nkv, const T** pf) const {
+    const std::int64_t split = n - ahead % n;
+    const T* b = base + g.kv * kv_step;
+    for (std::int64_t i = 0; i < split; ++i)
+      pf[i] = b + at[std::min(g.group + n - split + i, avail - 1)];
+    if (++g.kv == nkv) {  // the next place: the group's next kv head, or the next group
+      g.kv = 0;
+      g.group += n;
+    }
+    b = base + g.kv * kv_step;
+    for (std::int64_t i = split; i < n; ++i)
+      pf[i] = b + at[std::min(g.group + i - split, avail - 1)];
+  }
+};
+
+// Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
+// more of the sequence's keys; the passes prefetch the row they will read
+// about kDecAheadBytes later (at least one row ahead, at most
+// kDecMaxAhead - N so that the key pass's target, up to a group of N keys
+// further, stays among them).
+template <typename T>
+DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                          std::int64_t max_lim, bool values, std::int64_t* at,
+                          const AttentionWork& w) {
+  const std::int64_t row_bytes = p.d * static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t extra = std::clamp<std::int64_t>(t.sq.j - c0 - max_lim, 0, kDecMaxAhead);
+  DecRowOffsets(p, t, c0, max_lim, extra, values, at, w);
+  DecRows<T> rows{static_cast<const T*>(values ? p.v : p.k), at,
+                  (values ? p.v_stride : p.k_stride)[1]};
+  rows.ahead = std::clamp<std::int64_t>((kDecAheadBytes + row_bytes - 1) / row_bytes, 1,
+                                        kDecMaxAhead - static_cast<std::int64_t>(kDecLanes));
+  rows.avail = max_lim + extra;
+  return rows;
+}
+
+// The block's rows as the kernels read them: in place in their dtype T
+// (TRead = T, buf null) when a row's elements are contiguous, with the
+// rows about kDecAheadBytes ahead to prefetch (up to the sequence's last
+// key); else converted to float32 rows in buf (TRead = float).
+template <typename T, typename TRead>
+DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                            std::int64_t max_lim, bool values, std::int64_t* at, float* buf,
+                            const AttentionWork& w) {
+  if constexpr (!std::is_same_v<TRead, float>) {
+    (void)buf;
+    return DecRowsInPlace<T>(p, t, c0, max_lim, values, at, w);  // 16-bit rows in place
+  } else {
+    if constexpr (std::is_same_v<T, float>) {
+      if (buf == nullptr) return DecRowsInPlace<float>(p, t, c0, max_lim, values, at, w);
+    }
+    // Converted (one kv head per task here: PlanBlocking groups kv heads
+    // only when their rows are contiguous).
+    const std::int64_t* st = values ? p.v_stride : p.k_stride;
+    DecRowOffsets(p, t, c0, max_lim, 0, values, at, w);
+    for (std::int64_t c = 0; c < max_lim; ++c) {
+      PackRow(values ? p.v : p.k, p.kv_dtype, at[c], st[3], p.d, 1.0f, buf + c * p.d);
+      at[c] = c * p.d;
+    }
+    return {buf, at, 0};
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_ toggle

@@ -1,0 +1,236 @@
+// Internal, per instruction set: the value pass of the direct (decode) path
+// (attention_decode-inl.h): O = alpha O + P V in one pass over the block's
+// value rows per tile of query rows, the accumulators in registers over the
+// whole block, each value row read once for all the rows that share it.
+// Per-target include guard (Highway's toggle idiom).
+#if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_
+#undef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_
+#else
+#define POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_decode_rows-inl.h"
+#include "kernels/attention_task-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posbias::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The P V tile of two rows: as wide as the registers allow (two rows x 4
+// vectors of accumulators on AVX2's 16 registers, x 8 on AVX-512's 32:
+// d = 128 in one chunk). One row: 8 vectors everywhere (its value vectors
+// are FMA operands straight from memory).
+constexpr int kDecPairVecs = 2 * kAttnVecs;
+constexpr int kDecRowVecs = 8;
+// Four rows (grouped query heads of one kv head): 4 x 2 vectors of
+// accumulators on AVX2, 4 x 4 on AVX-512, so the value rows are read from
+// memory once for the four rows (as pairs, the second pair read them
+// again from L2).
+constexpr int kDecQuadVecs = kAttnVecs;
+// Keys per group of a P V tile whose row needs several chunks of columns
+// (DecPVTile): 4 KiB of float32 rows at d = 128.
+constexpr std::int64_t kDecPVGroup = 8;
+
+// O[RB rows][x, x + kVW N) += P[RB rows][keys [0, count)] V[keys] with
+// the accumulators in registers over all the keys: key g's value row is
+// row_of(g) (its dtype), its weights pw[r * ldp + g]; before(g) runs
+// before key g's loads (a prefetch, or nothing). count is a std::int64_t
+// or, for a group unrolled key by key, a std::integral_constant.
+template <int RB, int kVW, typename TV, class Count, class RowOf, class Before>
+HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp, Count count,
+                           const RowOf& row_of, const Before& before, std::int64_t x,
+                           float* HWY_RESTRICT o, std::int64_t dp) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  VF acc[RB][kVW];
+  for (int r = 0; r < RB; ++r) {
+    for (int u = 0; u < kVW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
+  }
+  const auto key = [&](std::int64_t g) {
+    before(g);
+    const TV* HWY_RESTRICT row = row_of(g) + x;
+    VF vv[kVW];
+    for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
+    for (int r = 0; r < RB; ++r) {
+      const VF pv = hn::Set(df, pw[r * ldp + g]);
+      for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+    }
+  };
+  if constexpr (std::is_integral_v<Count>) {
+    for (std::int64_t g = 0; g < count; ++g) key(g);
+  } else {
+#pragma GCC unroll 16
+    for (std::int64_t g = 0; g < Count::value; ++g) key(g);
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int u = 0; u < kVW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
+  }
+}
+
+// O[RB rows][columns ...] += P[RB rows][keys [0, count)] V[keys], key c's
+// value row at base + at[c] (its dtype): VW vectors of d at a time over
+// all the keys (the accumulators stay in registers for the whole run of
+// keys), then single vectors, then the last d % N columns one by one. P
+// rows have stride ldp, O rows dp. pf, when not null, is the block's rows
+// (at = pf->at + c_first): the first pass over the keys prefetches ahead.
+template <int RB, int VW, typename TV>
+HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
+                          const TV* HWY_RESTRICT base, const std::int64_t* HWY_RESTRICT at,
+                          std::int64_t count, std::int64_t d, float* HWY_RESTRICT o,
+                          std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
+  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then one.
+  const auto columns = [&](const auto& chunk) {
+    std::int64_t x = 0;
+    for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
+    for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x);
+  };
+  // Keys [c0, c1) through at[], the first chunk of columns prefetching.
+  const auto keys = [&](std::int64_t c0, std::int64_t c1) {
+    columns([&](auto vw_tag, std::int64_t x) {
+      const bool prefetch = pf != nullptr && x == 0;
+      DecPVChunk<RB, decltype(vw_tag)::value, TV>(
+          df, pw + c0, ldp, c1 - c0, [&](std::int64_t g) { return base + at[c0 + g]; },
+          [&](std::int64_t g) {
+            if (prefetch) DecPrefetchRow(pf->Ahead(base, c_first + c0 + g), row_bytes);
+          },
+          x, o, dp);
+    });
+  };
+  if (d <= VW * n) {
+    keys(0, count);
+  } else {
+    // A row wider than the tile's accumulators (d = 128 on AVX2: 16
+    // vectors, 8 or 4 held): kDecPVGroup keys at a time, each chunk of
+    // columns over them, so the later chunks find the rows in L1 and the
+    // memory sees each row read front to back. Each chunk over all the
+    // keys (a stride of one row in memory, the later chunks from L2)
+    // read 0.85x as fast (a Zen 3, a sum over the same bytes both ways).
+    //
+    // A whole group's keys are unrolled: their rows' addresses and
+    // prefetches once per group, not once per key and chunk, with no
+    // branch per key (the grouped-query tile ran about 25 instructions
+    // per key and chunk around its 8 FMAs, its P row pointers reloaded
+    // from the stack). Tiles of two or four rows take one key at a time
+    // (each row read front to back, the accumulators through L1): in
+    // groups of 8 keys, their one or two vectors per chunk made the
+    // memory see 8 interleaved streams, and a stand-alone probe of the
+    // four-row tile's value pass read 0.65x as fast (8.3 against 12.7
+    // GB/s, one thread, Zen 3). One row keeps its groups (the same speed
+    // either way there), and so does a chunk of 64 columns or more
+    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
+    // AVX2's one row; its stores per key are not measured there).
+    constexpr std::int64_t kGroup =
+        RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup : 1;
+    std::int64_t c = 0;
+    for (; c + kGroup <= count; c += kGroup) {
+      const TV* rows[kGroup];
+      for (std::int64_t g = 0; g < kGroup; ++g) {
+        rows[g] = base + at[c + g];
+        if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes);
+      }
+      columns([&](auto vw_tag, std::int64_t x) {
+        DecPVChunk<RB, decltype(vw_tag)::value, TV>(
+            df, pw + c, ldp, std::integral_constant<std::int64_t, kGroup>(),
+            [&](std::int64_t g) { return rows[g]; }, [](std::int64_t) {}, x, o, dp);
+      });
+    }
+    if (c < count) keys(c, count);
+  }
+  for (std::int64_t x = d - d % n; x < d; ++x) {
+    for (int r = 0; r < RB; ++r) {
+      float sum = o[r * dp + x];
+      for (std::int64_t c = 0; c < count; ++c) sum += pw[r * ldp + c] * AttnToF(base[at[c] + x]);
+      o[r * dp + x] = sum;
+    }
+  }
+}
+
+// O = alpha O + P V for every row of the task over the block's keys,
+// each row over its own visible keys [first, lim) only (a NaN in a value
+// it cannot see never reaches it; neither are the keys the key mask hides
+// read). A tile walks all its keys with its accumulators in registers: two
+// rows together over the keys both see, then each row's own others
+// (ForCommonKeys, as the blocked path's PVRows). Storing O every few keys
+// instead held back the next value loads (the stores wait on the loads of
+// their group): with one row, 1.3x the time of the value pass on a Zen 5.
+// The first tile of a kv head reads the block's value rows from memory,
+// the others from L2.
+template <typename TV>
+void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
+               std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
+  float* o = w.o.get();
+  const float* s = w.s.get();
+  const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
+  const auto lim = [&](std::int64_t r) { return w.lim[static_cast<std::size_t>(r)]; };
+  for (std::int64_t r = 0; r < t.rows; ++r) {
+    const VF a = hn::Set(df, w.alpha[r]);
+    for (std::int64_t x = 0; x < dp; x += AttnLanes(df)) {
+      hn::Store(hn::Mul(a, hn::Load(df, o + r * dp + x)), df, o + r * dp + x);
+    }
+  }
+  const float* keep = p.key_mask != nullptr ? w.keep.get() : nullptr;
+  // Rows [r, r + R) over keys [from, to), in runs of attended keys; the
+  // first rows of a kv head (which read its value rows from memory)
+  // prefetch.
+  const auto tile = [&](auto rows_tag, std::int64_t r, std::int64_t from, std::int64_t to,
+                        const TV* base, bool first_rows) {
+    constexpr int R = decltype(rows_tag)::value;
+    constexpr int kVW = R == 1 ? kDecRowVecs : R == 2 ? kDecPairVecs : kDecQuadVecs;
+    for (std::int64_t c = from; c < to;) {
+      if (keep != nullptr) {
+        while (c < to && keep[c] == 0.0f) ++c;
+      }
+      std::int64_t e = to;
+      if (keep != nullptr) {
+        e = c;
+        while (e < to && keep[e] != 0.0f) ++e;
+      }
+      if (e > c) {
+        DecPVTile<R, kVW>(df, s + r * cols + c, cols, base, v.at + c, e - c, p.d, o + r * dp, dp,
+                          first_rows && v.ahead > 0 ? &v : nullptr, c);
+      }
+      c = e;
+    }
+  };
+  const auto one = std::integral_constant<int, 1>();
+  const std::int64_t kv1 = DecLastKvHead(p, t);
+  for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
+    const TV* base = v.base + (kv - t.kvh) * v.kv_step;
+    const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
+    std::int64_t r = rr.begin;
+    // Tiles of R rows while R fit: the keys all R see, then each row's
+    // others; the first tile of the kv head prefetches.
+    const auto tiles_of = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      for (; r + R <= rr.end; r += R) {
+        const bool pf = r == rr.begin;
+        ForCommonKeys<R>(
+            r, first, lim,
+            [&](std::int64_t b, std::int64_t e) { tile(rows_tag, r, b, e, base, pf); },
+            [&](std::int64_t x, std::int64_t from, std::int64_t to) {
+              tile(one, x, from, to, base, pf);
+            });
+      }
+    };
+    tiles_of(std::integral_constant<int, 4>());
+    tiles_of(std::integral_constant<int, 2>());
+    for (; r < rr.end; ++r) tile(one, r, first(r), lim(r), base, r == rr.begin);
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace posbias::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_ toggle
