@@ -239,7 +239,16 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
     }
     for (std::int64_t x = n; x < whole; x += n) {
       VF qv[R];
-      for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d + x);
+      for (int r = 0; r < R; ++r) {
+        qv[r] = hn::LoadU(df, q + r * d + x);
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+        // q's vectors in registers (the empty asm needs them there): GCC
+        // otherwise folded each into its kKeys FMAs as a memory operand,
+        // 10 loads per 8 FMAs on AVX2 where 6 do. In cache, one thread,
+        // a grouped-query decode took 0.87x the time (Zen 3).
+        asm("" : "+x"(qv[r].raw));
+#endif
+      }
       for (std::size_t u = 0; u < kKeys; ++u) {
         const VF kv = LoadWide(df, kr[u] + x);
         for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
