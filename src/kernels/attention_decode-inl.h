@@ -241,11 +241,12 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
       VF qv[R];
       for (int r = 0; r < R; ++r) {
         qv[r] = hn::LoadU(df, q + r * d + x);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
         // q's vectors in registers (the empty asm needs them there): GCC
         // otherwise folded each into its kKeys FMAs as a memory operand,
         // 10 loads per 8 FMAs on AVX2 where 6 do. In cache, one thread,
-        // a grouped-query decode took 0.87x the time (Zen 3).
+        // a grouped-query decode took 0.87x the time (Zen 3). GCC only:
+        // clang rejects the operand ("tied indirect register inputs").
         asm("" : "+x"(qv[r].raw));
 #endif
       }
