@@ -147,18 +147,41 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
     // of eight FMAs per key, with a branch per two vectors.
     const auto fixed = [&](auto vecs_tag) {
       constexpr int W = decltype(vecs_tag)::value;
+      // 16-bit rows: q's first H vectors in registers for all N keys (12
+      // of AVX2's 16, beside two sums and a loaded q vector), the rest
+      // from L1. A 16-bit row's vectors are widened before their FMA, so
+      // that each of q's loads was an instruction of its own (a float32
+      // row's vectors are the FMAs' memory operands, with q's from L1).
+      // Fewer instructions per line keep more lines in flight (docs/
+      // performance-notes.md, fourteenth round): from memory, two threads
+      // (Zen 3), float16 decode 0.90-0.97x the time, bfloat16 0.92-1.02
+      // (4 runs each). float32 rows keep q in L1 and four sums: 0.93-1.04
+      // with q in registers (3 runs), no gain.
+      constexpr int H = std::is_same_v<TK, float> ? 0 : W < 12 ? W : 12;
+      constexpr int C = H == 0 ? 4 : 2;  // independent sums per key
+      VF qh[H > 0 ? H : 1];
+      for (int v = 0; v < H; ++v) {
+        qh[v] = hn::LoadU(df, q + v * n);
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
+        asm("" : "+x"(qh[v].raw));  // kept in registers (GCC only, as DecScoreTile's)
+#endif
+      }
+      // (The index is clamped so that H = 0 compiles without a bounds warning.)
+      const auto qvec = [&](int v) { return v < H ? qh[v < H ? v : 0] : hn::LoadU(df, q + v * n); };
 #pragma GCC unroll 16
       for (std::size_t u = 0; u < kDecLanes; ++u) {
         if (pf != nullptr) prefetch(u);
         const TK* HWY_RESTRICT row = kr[u];
-        VF a[4];
-        for (int v = 0; v < 4; ++v)
-          a[v] = hn::Mul(hn::LoadU(df, q + v * n), LoadWide(df, row + v * n));
+        VF a[C];
+        for (int v = 0; v < C; ++v) a[v] = hn::Mul(qvec(v), LoadWide(df, row + v * n));
 #pragma GCC unroll 16
-        for (int v = 4; v < W; ++v) {
-          a[v % 4] = hn::MulAdd(hn::LoadU(df, q + v * n), LoadWide(df, row + v * n), a[v % 4]);
+        for (int v = C; v < W; ++v)
+          a[v % C] = hn::MulAdd(qvec(v), LoadWide(df, row + v * n), a[v % C]);
+        if constexpr (C == 4) {
+          acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
+        } else {
+          acc[u] = hn::Add(a[0], a[1]);
         }
-        acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
       }
     };
     if (d == 16 * n) {
