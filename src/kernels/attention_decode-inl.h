@@ -107,8 +107,9 @@ HWY_INLINE VF DecLaneSums(DF df, const VF* acc) {
 // key, each row read front to back: the memory sees one sequential stream
 // (walking d across the N rows instead, a vector of every row then the
 // next, read 0.8x as fast on a Zen 5). A wider row (d = 128 on AVX2) is
-// read the same way, with q from L1: there the memory, not the
-// instruction count, sets the pace.
+// read the same way, with q's vectors from L1 (a 16-bit row's first 12
+// from registers): fewer instructions between a thread's loads keep more
+// of its lines in flight (docs/performance-notes.md, fourteenth round).
 template <typename TK>
 HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d,
                               const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s) {
@@ -142,9 +143,9 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
     // FMA latency). Chunk by chunk across the N rows instead, the memory
     // saw a stride of one row and read 0.85-0.9x as fast (a Zen 3, a
     // sum over the same bytes in each order).
-    // The common widths (d = 64 and 128 on AVX2) fully unrolled with
-    // four sums per key: the loop over a runtime d ran two dependent sums
-    // of eight FMAs per key, with a branch per two vectors.
+    // The common widths (d = 64 and 128 on AVX2) fully unrolled (four
+    // sums per key for float32 rows): the loop over a runtime d ran two
+    // dependent sums of eight FMAs per key, with a branch per two vectors.
     const auto fixed = [&](auto vecs_tag) {
       constexpr int W = decltype(vecs_tag)::value;
       // 16-bit rows: q's first H vectors in registers for all N keys (12
