@@ -95,6 +95,19 @@ HWY_INLINE VF DecLaneSums(DF df, const VF* acc) {
 #endif
 }
 
+// A vector of q loaded into a register that the compiler keeps there: an
+// empty asm needs it in a register, so GCC cannot fold the load into each
+// FMA that uses it as a memory operand (one load per use). GCC only:
+// clang rejects the operand ("tied indirect register inputs"), and there
+// it is a plain load.
+HWY_INLINE VF DecLoadHeld(DF df, const float* p) {
+  VF v = hn::LoadU(df, p);
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
+  asm("" : "+x"(v.raw));
+#endif
+  return v;
+}
+
 // The scores of one query row q (float32, times scale) against the N key
 // rows kr (their dtype), stored as one vector at s (aligned).
 // pf, when not null: N rows to prefetch, one before each key's.
@@ -161,12 +174,7 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       constexpr int H = std::is_same_v<TK, float> ? 0 : W < 12 ? W : 12;
       constexpr int C = H == 0 ? 4 : 2;  // independent sums per key
       VF qh[H > 0 ? H : 1];
-      for (int v = 0; v < H; ++v) {
-        qh[v] = hn::LoadU(df, q + v * n);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
-        asm("" : "+x"(qh[v].raw));  // kept in registers (GCC only, as DecScoreTile's)
-#endif
-      }
+      for (int v = 0; v < H; ++v) qh[v] = DecLoadHeld(df, q + v * n);
       // (The index is clamped so that H = 0 compiles without a bounds warning.)
       const auto qvec = [&](int v) { return v < H ? qh[v < H ? v : 0] : hn::LoadU(df, q + v * n); };
 #pragma GCC unroll 16
@@ -263,17 +271,11 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
     }
     for (std::int64_t x = n; x < whole; x += n) {
       VF qv[R];
-      for (int r = 0; r < R; ++r) {
-        qv[r] = hn::LoadU(df, q + r * d + x);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
-        // q's vectors in registers (the empty asm needs them there): GCC
-        // otherwise folded each into its kKeys FMAs as a memory operand,
-        // 10 loads per 8 FMAs on AVX2 where 6 do. In cache, one thread,
-        // a grouped-query decode took 0.87x the time (Zen 3). GCC only:
-        // clang rejects the operand ("tied indirect register inputs").
-        asm("" : "+x"(qv[r].raw));
-#endif
-      }
+      // q's vectors in registers: GCC otherwise folded each into its
+      // kKeys FMAs as a memory operand, 10 loads per 8 FMAs on AVX2 where
+      // 6 do. In cache, one thread, a grouped-query decode took 0.87x the
+      // time (Zen 3).
+      for (int r = 0; r < R; ++r) qv[r] = DecLoadHeld(df, q + r * d + x);
       for (std::size_t u = 0; u < kKeys; ++u) {
         const VF kv = LoadWide(df, kr[u] + x);
         for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
