@@ -1,7 +1,9 @@
 // Internal, per instruction set: the value pass of the direct (decode) path
 // (attention_decode-inl.h): O = alpha O + P V in one pass over the block's
-// value rows per tile of query rows, the accumulators in registers over the
-// whole block, each value row read once for all the rows that share it.
+// value rows per tile of query rows, each value row read once for all the
+// rows that share it. The accumulators stay in registers over the whole
+// block where a tile's rows fit them, else over each group of keys
+// (DecPVTile: a row wider than the tile's registers goes chunk by chunk).
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_VALUES_INL_H_
@@ -169,11 +171,13 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 // O = alpha O + P V for every row of the task over the block's keys,
 // each row over its own visible keys [first, lim) only (a NaN in a value
 // it cannot see never reaches it; neither are the keys the key mask hides
-// read). A tile walks all its keys with its accumulators in registers: two
-// rows together over the keys both see, then each row's own others
-// (ForCommonKeys, as the blocked path's PVRows). Storing O every few keys
-// instead held back the next value loads (the stores wait on the loads of
-// their group): with one row, 1.3x the time of the value pass on a Zen 5.
+// read). A tile walks all its keys (DecPVTile: its accumulators in
+// registers over the block, or over each group of keys where a row is
+// wider than them): several rows together over the keys all see, then
+// each row's own others (ForCommonKeys, as the blocked path's PVRows).
+// With one row, storing O every few keys held back the next value loads
+// (the stores wait on the loads of their group): 1.3x the time of the
+// value pass on a Zen 5.
 // The first tile of a kv head reads the block's value rows from memory,
 // the others from L2.
 template <typename TV>
