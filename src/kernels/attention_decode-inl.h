@@ -175,8 +175,14 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       constexpr int C = H == 0 ? 4 : 2;  // independent sums per key
       VF qh[H > 0 ? H : 1];
       for (int v = 0; v < H; ++v) qh[v] = DecLoadHeld(df, q + v * n);
-      // (The index is clamped so that H = 0 compiles without a bounds warning.)
-      const auto qvec = [&](int v) { return v < H ? qh[v < H ? v : 0] : hn::LoadU(df, q + v * n); };
+      // (With H = 0 qh is never read: GCC at -O1 saw a read it could not
+      // rule out and warned that qh may be uninitialized.)
+      const auto qvec = [&](int v) {
+        if constexpr (H > 0) {
+          if (v < H) return qh[v];
+        }
+        return hn::LoadU(df, q + v * n);
+      };
 #pragma GCC unroll 16
       for (std::size_t u = 0; u < kDecLanes; ++u) {
         if (pf != nullptr) prefetch(u);
