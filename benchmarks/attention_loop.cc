@@ -8,7 +8,9 @@
 //
 // Cases: decode_f32, decode_gqa, decode_f16, decode_bf16 (h 32, j 32768,
 // d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
-// else in the cache's dtype), prefill_causal, prefill_noncausal (ALiBi,
+// else in the cache's dtype; decode_gqa has 8 kv heads), decode_gqa2 (h 32
+// on 16 kv heads) and decode_gqa7 (h 28 on 4: Qwen2.5-7B's groups of 7,
+// which take the four-, two- and one-row value tiles), prefill_causal, prefill_noncausal (ALiBi,
 // h 16, i = j = 2048, d 64), paged_decode (the bench's
 // paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the calls made
 // and their mean time.
@@ -47,6 +49,8 @@ const std::map<std::string, LoopCase>& loop_cases() {
   static const std::map<std::string, LoopCase> cases = {
       {"decode_f32", {32, 32, 1, 32768, 128, DType::kFloat32, true}},
       {"decode_gqa", {32, 8, 1, 32768, 128, DType::kFloat32, true}},
+      {"decode_gqa2", {32, 16, 1, 32768, 128, DType::kFloat32, true}},
+      {"decode_gqa7", {28, 4, 1, 32768, 128, DType::kFloat32, true}},
       {"decode_f16", {32, 32, 1, 32768, 128, DType::kFloat16, true}},
       {"decode_bf16", {32, 32, 1, 32768, 128, DType::kBFloat16, true}},
       {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},

@@ -41,15 +41,19 @@ constexpr int kDecQuadVecs = kAttnVecs;
 // Keys per group of a P V tile whose row needs several chunks of columns
 // (DecPVTile): 4 KiB of float32 rows at d = 128.
 constexpr std::int64_t kDecPVGroup = 8;
-// Keys per group of the four-row tile where its chunk is narrower than 64
-// columns (AVX2: 4 rows x 2 vectors): its 8 accumulators are loaded and
-// stored once per 4 keys instead of after every key, where 64 stores per
-// key (d = 128) had most of the value pass's samples. Alternated against
-// one key at a time (Zen 3, AVX2, decode_gqa h 32 hk 8 d 128, float32):
-// 0.73x the time with the cache in L2 (256 keys, one thread), 0.86x in L3
-// (2048 keys, two threads), 0.998x from memory (32768 keys, where the read
-// holds it), paged_decode 0.91x; 2 keys: 0.90x, 0.88x and 1.02x.
-constexpr std::int64_t kDecQuadGroup = 4;
+// Keys per group of the four- and two-row tiles where their chunk is
+// narrower than 64 columns (AVX2: 4 rows x 2 vectors, 2 rows x 4): the 8
+// accumulators are loaded and stored once per 4 keys instead of after
+// every key, where 64 stores per key (d = 128) had most of the value
+// pass's samples. Alternated against one key at a time (Zen 3, AVX2,
+// d 128, float32), four rows (decode_gqa, h 32 on 8 kv heads): 0.73x the
+// time with the cache in L2 (256 keys, one thread), 0.86x in L3 (2048
+// keys, two threads), 0.998x from memory (32768 keys, where the read holds
+// it), paged_decode 0.91x; 2 keys: 0.90x, 0.88x and 1.02x. Two rows
+// (decode_gqa2, h 32 on 16 kv heads): 0.87x in L3 (256 keys, one thread),
+// 0.96x from memory; groups of 7 (decode_gqa7, h 28 on 4: tiles of 4, 2
+// and 1 rows) 0.91x and 0.95x.
+constexpr std::int64_t kDecGroupKeys = 4;
 
 // O[RB rows][x, x + kVW N) += P[RB rows][keys [0, count)] V[keys] with
 // the accumulators in registers over all the keys: key g's value row is
@@ -134,16 +138,13 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     // from the stack). One row, and a chunk of 64 columns or more
     // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
     // AVX2's one row; its stores per key are not measured there), take
-    // kDecPVGroup keys. Narrower chunks of two or four rows hold one or
-    // two vectors of each row per chunk, so a group of G keys has the
+    // kDecPVGroup keys. Narrower chunks of two or four rows hold two or
+    // four vectors of each row per chunk, so a group of G keys has the
     // memory see G interleaved streams: with 8, a stand-alone probe of
     // the four-row tile's value pass read 0.65x as fast (8.3 against 12.7
-    // GB/s, one thread, Zen 3). The four-row tile takes kDecQuadGroup
-    // keys (see there); two rows take one key at a time (each row read
-    // front to back, the accumulators through L1 after every key).
-    constexpr std::int64_t kGroup = RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup
-                                    : RB == 4 ? kDecQuadGroup
-                                              : 1;
+    // GB/s, one thread, Zen 3). They take kDecGroupKeys (see there).
+    constexpr std::int64_t kGroup =
+        RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup : kDecGroupKeys;
     std::int64_t c = 0;
     for (; c + kGroup <= count; c += kGroup) {
       const TV* rows[kGroup];
