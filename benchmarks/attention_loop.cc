@@ -10,10 +10,10 @@
 // d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
 // else in the cache's dtype; decode_gqa has 8 kv heads), decode_gqa2 (h 32
 // on 16 kv heads) and decode_gqa7 (h 28 on 4: Qwen2.5-7B's groups of 7,
-// which take the four-, two- and one-row value tiles), prefill_causal, prefill_noncausal (ALiBi,
-// h 16, i = j = 2048, d 64), paged_decode (the bench's
-// paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the calls made
-// and their mean time.
+// which take the four-, two- and one-row value tiles), prefill_causal,
+// prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), paged_decode (the
+// bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the
+// calls made and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
 // in L2 or L3 shows the kernel's arithmetic rate without the memory).
 // --target NAME (Highway's name: AVX2, AVX3, AVX3_ZEN4, ...) runs the

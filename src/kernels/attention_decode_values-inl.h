@@ -138,11 +138,12 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     // from the stack). One row, and a chunk of 64 columns or more
     // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
     // AVX2's one row; its stores per key are not measured there), take
-    // kDecPVGroup keys. Narrower chunks of two or four rows hold two or
-    // four vectors of each row per chunk, so a group of G keys has the
-    // memory see G interleaved streams: with 8, a stand-alone probe of
-    // the four-row tile's value pass read 0.65x as fast (8.3 against 12.7
-    // GB/s, one thread, Zen 3). They take kDecGroupKeys (see there).
+    // kDecPVGroup keys. Narrower chunks (AVX2: two rows x 4 vectors,
+    // four rows x 2) read two or one lines of each row per chunk, so a
+    // group of G keys has the memory see G interleaved streams: with 8, a
+    // stand-alone probe of the four-row tile's value pass read 0.65x as
+    // fast (8.3 against 12.7 GB/s, one thread, Zen 3). They take
+    // kDecGroupKeys (see there).
     constexpr std::int64_t kGroup =
         RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup : kDecGroupKeys;
     std::int64_t c = 0;
