@@ -266,6 +266,29 @@ TEST(AttentionKvcache, LongCachesHeadDimension128AndChunks) {
   }
 }
 
+// A decode task holds every kv head of a key position (their rows side by
+// side) and walks keys in blocks cut to its heads' bytes (64 keys of
+// float32 rows for 8 heads of d = 128, 128 of 16-bit ones): sequences over
+// several such blocks and a partial last one, pages across block edges.
+TEST(AttentionKvcache, DecodeOverManyKvHeadsInShortKeyBlocks) {
+  std::uint32_t seed = 950;
+  for (std::int64_t bs : {16, 7, 0}) {
+    for (DType kvt : {DType::kFloat32, DType::kBFloat16}) {
+      CacheCase cc;
+      cc.lens = {300, 129, 64, 2};
+      cc.h = 32, cc.hk = 8, cc.d = 128, cc.block_size = bs, cc.bias = 1;
+      cc.kvt = kvt;
+      cc.seed = seed++;
+      check_cache_case(cc);
+      if (HasFatalFailure()) return;
+      cc.i = 2, cc.bias = 3, cc.left = 100;  // two rows (4 kv heads a task), a window
+      cc.seed = seed++;
+      check_cache_case(cc);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // Append n new keys to a cache, then attend with the lengths + n: the same
 // as one dense call over the whole keys (bottom-right).
 TEST(AttentionKvcache, AppendThenAttendEqualsDense) {
