@@ -569,7 +569,8 @@ void fused_attention(const AttentionParams& p) {
   std::int64_t bq = 256;
   while (bq > 64 && p.b * p.h * ((p.i + bq - 1) / bq) < 2 * threads) bq /= 2;
   // Decode (direct tasks, i <= kDirectRows = 4) walks 256 keys per block:
-  // a quarter of the switches between the K and V streams.
+  // a quarter of the switches between the K and V streams (fewer keys for
+  // a task over several kv heads side by side: PlanBlocking).
   fused_attention_blocked(p, bq, p.i <= 4 ? 256 : 64, 0);
 }
 
