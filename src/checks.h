@@ -60,12 +60,12 @@ std::length_error allocation_error(std::size_t bytes, const std::string& what);
 constexpr std::size_t kShownNameChars = 120;
 using posbias::quoted_name;
 
-// Up to `max_items` names, each quoted_name(), comma-separated, then
-// ", ... (N in all)" when there are more.
 // For a switch over DType reached with a dtype its checks should have
 // refused: std::invalid_argument "<what>: dtype <name> is not supported here".
 [[noreturn]] void unsupported_dtype(const char* what, DType dtype);
 
+// Up to `max_items` names, each quoted_name(), comma-separated, then
+// ", ... (N in all)" when there are more.
 std::string quoted_names(const std::vector<std::string>& names, std::size_t max_items = 8);
 
 }  // namespace posbias::detail

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "checks.h"
 #include "kernels/float_to.h"
 #include "posbias/dtype.h"
 
@@ -18,7 +19,8 @@ inline void store_floats_as(const float* src, std::size_t n, float mul, T* dst) 
 }
 
 // dst[x] = mul * src[x] as dtype for x in [0, n) (mul == 1: the values
-// themselves, copied bit for bit when dtype is float32).
+// themselves, copied bit for bit when dtype is float32). The callers check
+// dtypes first; any other dtype throws std::invalid_argument.
 inline void store_floats(const float* src, std::size_t n, float mul, DType dtype, void* dst) {
   switch (dtype) {
     case DType::kFloat32:
@@ -34,6 +36,11 @@ inline void store_floats(const float* src, std::size_t n, float mul, DType dtype
     case DType::kFloat16:
       store_floats_as(src, n, mul, static_cast<float16*>(dst));
       break;
+    case DType::kFloat64:
+    case DType::kInt32:
+    case DType::kUInt8:
+    case DType::kBool:
+      detail::unsupported_dtype("float store", dtype);
   }
 }
 
