@@ -46,9 +46,14 @@ fi
 if [[ ! -e "${dir}/.git" ]]; then
   git -C "${repo}" worktree add --force --detach "${dir}" "${rev}"
 fi
-cmake -S "${dir}" -B "${dir}/build" -DCMAKE_BUILD_TYPE=Release \
+log="${dir}/build-configure.log"
+if ! cmake -S "${dir}" -B "${dir}/build" -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS=-DHWY_COMPILE_ONLY_STATIC=1 ${isa}" \
   -DPOSBIAS_BUILD_TORCH=OFF -DPOSBIAS_BUILD_TESTS=OFF -DPOSBIAS_BUILD_FUZZERS=OFF \
-  -DPOSBIAS_BUILD_EXAMPLES=OFF > "${dir}/build-configure.log"
+  -DPOSBIAS_BUILD_EXAMPLES=OFF > "${log}" 2>&1; then
+  cat "${log}" >&2
+  echo "scratch-build: configuring ${dir} failed (log above, also in ${log})" >&2
+  exit 1
+fi
 cmake --build "${dir}/build" --parallel "${JOBS:-2}" --target "${targets[@]}"
 echo "scratch-build: ${dir}/build (${rev}, ${isa})"
