@@ -51,8 +51,8 @@ def run(label, command):
     found = TIME.search(result.stdout)
     if result.returncode != 0 or found is None:
         sys.stderr.write(result.stdout + result.stderr)
-        what = "its time" if found else "no 'X ms each' in its output"
-        raise RuntimeError(f"{label}: exit code {result.returncode}, {what}")
+        missing = "" if found else ", no 'X ms each' in its output"
+        raise RuntimeError(f"{label}: exit code {result.returncode}{missing}")
     return float(found.group(1))
 
 

@@ -8,8 +8,8 @@
 # edits are built), configures DIR/build as a Release build without the
 # torch front end, tests, fuzzers or examples, and builds TARGET (default:
 # posbias-attention-loop and posbias-bench). It compiles the kernels for
-# this machine's best Highway target only (HWY_COMPILE_ONLY_STATIC), about a
-# minute on 2 cores where the full build takes 14, with the same code
+# this machine's best Highway target only (HWY_COMPILE_ONLY_STATIC), about
+# two minutes on 2 cores where the full build takes 14, with the same code
 # generation as that target in the full build: the instruction sets Highway
 # enables for it (AVX-512 F/VL/DQ/BW, or AVX2 with FMA, F16C and BMI2) under
 # GCC's generic tuning. -march=native also sets -mtune=native, and GCC then
