@@ -54,6 +54,16 @@ void set_gflops(CaseResult& r, double flops) {
   if (r.median_ms > 0) r.extra["gflops"] = flops / (r.median_ms * 1e6);
 }
 
+// The case's GFLOP/s in its fastest round (reported beside the median's: on
+// a shared machine the gap between the two is the neighbours' share).
+void set_best_gflops(CaseResult& r, double flops, const std::vector<double>& times_ms) {
+  double best = 0;
+  for (double ms : times_ms) {
+    if (ms > 0 && (best == 0 || ms < best)) best = ms;
+  }
+  if (best > 0) r.extra["best_gflops"] = flops / (best * 1e6);
+}
+
 void set_target(CaseResult& r, const std::string& text, bool met) {
   r.target = text;
   r.target_met = met;
@@ -76,11 +86,19 @@ void FmaPeak::judge(std::vector<CaseResult>& cases) {
     alone_ = true;
   }
   const double peak = median(gflops_);
+  const double best_peak = *std::max_element(gflops_.begin(), gflops_.end());
   for (CaseResult& r : cases) {
     const auto it = r.extra.find("gflops");
     if (it == r.extra.end()) continue;
     r.baselines["fma_peak_gflops"] = peak;
     r.extra["fraction_of_fma_peak"] = peak > 0 ? it->second / peak : 0.0;
+    // Fastest round against the probe's fastest: what the kernel does when
+    // the neighbours leave the cores alone (the target is judged on the
+    // medians).
+    const auto best = r.extra.find("best_gflops");
+    if (best != r.extra.end() && best_peak > 0) {
+      r.extra["fraction_of_fma_peak_best"] = best->second / best_peak;
+    }
   }
 }
 
@@ -88,7 +106,9 @@ std::string FmaPeak::describe() const {
   return "fma_peak_gflops = median of " + std::to_string(gflops_.size()) +
          " runs of a register-only FMA loop on all threads (" + probe_.target() + ", " +
          std::to_string(probe_.vector_bits()) + "-bit vectors), " +
-         (alone_ ? "on their own (no prefill round ran)" : "interleaved with the prefill rounds");
+         (alone_ ? "on their own (no prefill round ran)" : "interleaved with the prefill rounds") +
+         "; fraction_of_fma_peak_best = best_gflops (the fastest round) over the probe's fastest "
+         "run (the targets are judged on the medians)";
 }
 
 namespace {
@@ -204,6 +224,7 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
       r.extra["speedup_vs_pytorch"] = peer_ms / alibi_ms;
     }
     set_gflops(r, causal_flops);
+    set_best_gflops(r, causal_flops, t[0]);
     r.note = "b 1, causal ALiBi, float32; pytorch = matmul + materialised bias + softmax" +
              (peer.empty() && !o.quick ? "; " + why : std::string());
     out.push_back(r);
@@ -232,6 +253,7 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
     r.name = names[3];
     r.median_ms = nc_ms;
     set_gflops(r, full_flops);
+    set_best_gflops(r, full_flops, t[3]);
     r.baselines["sgemm_gflops"] = sgemm_gflops;
     r.extra["fraction_of_sgemm"] = r.extra["gflops"] / sgemm_gflops;
     r.note =
