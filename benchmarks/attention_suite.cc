@@ -86,7 +86,9 @@ void FmaPeak::judge(std::vector<CaseResult>& cases) {
     alone_ = true;
   }
   const double peak = median(gflops_);
-  const double best_peak = *std::max_element(gflops_.begin(), gflops_.end());
+  // 0 when no run was recorded (as median() gives then).
+  const double best_peak =
+      gflops_.empty() ? 0.0 : *std::max_element(gflops_.begin(), gflops_.end());
   for (CaseResult& r : cases) {
     const auto it = r.extra.find("gflops");
     if (it == r.extra.end()) continue;

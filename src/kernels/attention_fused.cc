@@ -276,9 +276,10 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
 // and its running maximum rarely moves after (each move rescales the row's
 // sum and the block's P so far; left to right, the steep heads' maxima moved
 // on most chunks up to the diagonal). Decode tasks keep the ascending walk
-// that their prefetching follows. On a Zen 3 (AVX2) the bench's prefill
-// took 0.955-0.99 (causal) and 0.98-0.99 (non-causal) of the time of the
-// ascending walk (docs/performance-notes.md, twenty-first round).
+// that their prefetching follows. On a Zen 3 (AVX2), the bench's prefill
+// shapes alternated call by call in one process, the median call took
+// 0.953-0.990 (causal) and 0.981-0.991 (non-causal) of the ascending walk's
+// time (docs/performance-notes.md, twenty-first round).
 std::int64_t FirstKeyBlock(const AttentionBlocking& bl, const AttentionTask& t, std::int64_t kb0,
                            std::int64_t kb1) {
   if (t.direct || kb1 <= kb0) return kb0;
