@@ -79,19 +79,11 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
   const auto key = [&](std::int64_t g) {
     before(g);
     const TV* HWY_RESTRICT row = row_of(g) + x;
-    if constexpr (RB == 1) {
-      // Each vector straight into its FMA: loaded (or widened) all first,
-      // the 16 widened vectors of a 16-bit row went through the stack.
-      const VF pv = hn::Set(df, pw[g]);
-      for (int u = 0; u < kVW; ++u)
-        acc[0][u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[0][u]);
-    } else {
-      VF vv[kVW];
-      for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
-      for (int r = 0; r < RB; ++r) {
-        const VF pv = hn::Set(df, pw[r * ldp + g]);
-        for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
-      }
+    VF vv[kVW];
+    for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
+    for (int r = 0; r < RB; ++r) {
+      const VF pv = hn::Set(df, pw[r * ldp + g]);
+      for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
     }
   };
   if constexpr (std::is_integral_v<Count>) {
