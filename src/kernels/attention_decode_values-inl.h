@@ -29,17 +29,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // The P V tile of two rows: as wide as the registers allow (two rows x 4
 // vectors of accumulators on AVX2's 16 registers, x 8 on AVX-512's 32:
-// d = 128 in one chunk). One row: up to 16 vectors (its value vectors are
-// FMA operands straight from memory), so that each value row is read
-// front to back key by key, as the score pass reads the key rows. On AVX2
-// (d = 128: 16 vectors) GCC keeps 14 accumulators in registers and two on
-// the stack (a load, FMA and store per key each). In 8-vector chunks over
-// groups of 8 keys instead (each row's first half, then its second), the
-// value pass alone took 1.19x the time and the whole float32 decode
-// 1.06x, from memory on two threads (Zen 3, in-process alternation;
-// docs/performance-notes.md, twenty-second round).
+// d = 128 in one chunk). One row: 8 vectors everywhere (its value vectors
+// are FMA operands straight from memory).
 constexpr int kDecPairVecs = 2 * kAttnVecs;
-constexpr int kDecRowVecs = 16;
+constexpr int kDecRowVecs = 8;
 // Four rows (grouped query heads of one kv head): 4 x 2 vectors of
 // accumulators on AVX2, 4 x 4 on AVX-512, so the value rows are read from
 // memory once for the four rows (as pairs, the second pair read them
@@ -97,21 +90,6 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
   }
 }
 
-// chunk(width_tag, x) for the chunks of W, W / 2, ..., 1 vectors that fit
-// in d from column x on, in that order (the rest of d after the widest
-// chunks: at most one of each width).
-template <int W, class Chunk>
-HWY_INLINE void DecHalvingChunks(std::int64_t d, std::int64_t x, const Chunk& chunk) {
-  if constexpr (W >= 1) {
-    constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-    if (x + W * n <= d) {
-      chunk(std::integral_constant<int, W>(), x);
-      x += W * n;
-    }
-    DecHalvingChunks<W / 2>(d, x, chunk);
-  }
-}
-
 // O[RB rows][columns ...] += P[RB rows][keys [0, count)] V[keys], key c's
 // value row at base + at[c] (its dtype): VW vectors of d at a time over
 // all the keys (the accumulators stay in registers for the whole run of
@@ -125,12 +103,11 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
-  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then the
-  // rest in halving widths (VW / 2, ..., 1; one chunk of each at most).
+  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then one.
   const auto columns = [&](const auto& chunk) {
     std::int64_t x = 0;
     for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
-    DecHalvingChunks<VW / 2>(d, x, chunk);
+    for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x);
   };
   // Keys [c0, c1) through at[], the first chunk of columns prefetching.
   const auto keys = [&](std::int64_t c0, std::int64_t c1) {
@@ -144,13 +121,11 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
           x, o, dp);
     });
   };
-  const std::int64_t vecs = d / n;
-  if (vecs <= VW && (vecs & (vecs - 1)) == 0) {  // the whole vectors in one chunk
+  if (d <= VW * n) {
     keys(0, count);
   } else {
-    // A row wider than the tile's accumulators (d = 128 on AVX2 for two
-    // or four rows: 16 vectors, 4 or 2 held per row), or of a width that
-    // takes several chunks: kDecPVGroup keys at a time, each chunk of
+    // A row wider than the tile's accumulators (d = 128 on AVX2: 16
+    // vectors, 8 or 4 held): kDecPVGroup keys at a time, each chunk of
     // columns over them, so the later chunks find the rows in L1 and the
     // memory sees each row read front to back. Each chunk over all the
     // keys (a stride of one row in memory, the later chunks from L2)
@@ -161,8 +136,8 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     // branch per key (the grouped-query tile ran about 25 instructions
     // per key and chunk around its 8 FMAs, its P row pointers reloaded
     // from the stack). One row, and a chunk of 64 columns or more
-    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk; its
-    // stores per key are not measured there), take
+    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
+    // AVX2's one row; its stores per key are not measured there), take
     // kDecPVGroup keys. Narrower chunks (AVX2: two rows x 4 vectors,
     // four rows x 2) read two or one lines of each row per chunk, so a
     // group of G keys has the memory see G interleaved streams: with 8, a
