@@ -29,10 +29,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // The P V tile of two rows: as wide as the registers allow (two rows x 4
 // vectors of accumulators on AVX2's 16 registers, x 8 on AVX-512's 32:
-// d = 128 in one chunk). One row: 8 vectors everywhere (its value vectors
-// are FMA operands straight from memory).
+// d = 128 in one chunk). One row: up to 16 vectors (its value vectors are
+// FMA operands straight from memory), so that each value row is read
+// front to back key by key, as the score pass reads the key rows; on AVX2
+// (d = 128: 16 vectors) GCC keeps 14 accumulators in registers and two on
+// the stack (a load, FMA and store per key each). With the row's 8 keys'
+// prefetches in one burst per group (DecPVTile), the float32 decode took
+// 0.78-0.83x the time of 8-vector chunks (each row's first half, then its
+// second), in three in-process alternations from memory on two threads
+// (Zen 3); with a prefetch before each key's loads instead, 0.87-1.07x
+// depending on the minute (docs/performance-notes.md, twenty-second
+// round).
 constexpr int kDecPairVecs = 2 * kAttnVecs;
-constexpr int kDecRowVecs = 8;
+constexpr int kDecRowVecs = 16;
 // Four rows (grouped query heads of one kv head): 4 x 2 vectors of
 // accumulators on AVX2, 4 x 4 on AVX-512, so the value rows are read from
 // memory once for the four rows (as pairs, the second pair read them
@@ -72,11 +81,19 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
   const auto key = [&](std::int64_t g) {
     before(g);
     const TV* HWY_RESTRICT row = row_of(g) + x;
-    VF vv[kVW];
-    for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
-    for (int r = 0; r < RB; ++r) {
-      const VF pv = hn::Set(df, pw[r * ldp + g]);
-      for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+    if constexpr (RB == 1) {
+      // Each vector straight into its FMA: loaded (or widened) all first,
+      // the 16 widened vectors of a 16-bit row went through the stack.
+      const VF pv = hn::Set(df, pw[g]);
+      for (int u = 0; u < kVW; ++u)
+        acc[0][u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[0][u]);
+    } else {
+      VF vv[kVW];
+      for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
+      for (int r = 0; r < RB; ++r) {
+        const VF pv = hn::Set(df, pw[r * ldp + g]);
+        for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+      }
     }
   };
   if constexpr (std::is_integral_v<Count>) {
@@ -87,6 +104,21 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
   }
   for (int r = 0; r < RB; ++r) {
     for (int u = 0; u < kVW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
+  }
+}
+
+// chunk(width_tag, x) for the chunks of W, W / 2, ..., 1 vectors that fit
+// in d from column x on, in that order (the rest of d after the widest
+// chunks: at most one of each width).
+template <int W, class Chunk>
+HWY_INLINE void DecHalvingChunks(std::int64_t d, std::int64_t x, const Chunk& chunk) {
+  if constexpr (W >= 1) {
+    constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+    if (x + W * n <= d) {
+      chunk(std::integral_constant<int, W>(), x);
+      x += W * n;
+    }
+    DecHalvingChunks<W / 2>(d, x, chunk);
   }
 }
 
@@ -103,11 +135,12 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
-  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then one.
+  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then the
+  // rest in halving widths (VW / 2, ..., 1; one chunk of each at most).
   const auto columns = [&](const auto& chunk) {
     std::int64_t x = 0;
     for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
-    for (; x + n <= d; x += n) chunk(std::integral_constant<int, 1>(), x);
+    DecHalvingChunks<VW / 2>(d, x, chunk);
   };
   // Keys [c0, c1) through at[], the first chunk of columns prefetching.
   const auto keys = [&](std::int64_t c0, std::int64_t c1) {
@@ -121,23 +154,27 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
           x, o, dp);
     });
   };
-  if (d <= VW * n) {
+  const std::int64_t vecs = d / n;
+  if (RB > 1 && vecs <= VW && (vecs & (vecs - 1)) == 0) {  // the whole vectors in one chunk
     keys(0, count);
   } else {
-    // A row wider than the tile's accumulators (d = 128 on AVX2: 16
-    // vectors, 8 or 4 held): kDecPVGroup keys at a time, each chunk of
-    // columns over them, so the later chunks find the rows in L1 and the
-    // memory sees each row read front to back. Each chunk over all the
-    // keys (a stride of one row in memory, the later chunks from L2)
-    // read 0.85x as fast (a Zen 3, a sum over the same bytes both ways).
+    // One row (in groups of keys whatever d: the group's prefetches in
+    // one burst, see kDecRowVecs), or a row wider than the tile's
+    // accumulators (d = 128 on AVX2 for two or four rows: 16 vectors, 4
+    // or 2 held per row), or of a width that takes several chunks: groups
+    // of keys, each chunk of columns over them, so the later chunks find
+    // the rows in L1 and the memory sees each row read front to back.
+    // Each chunk over all the keys (a stride of one row in memory, the
+    // later chunks from L2) read 0.85x as fast (a Zen 3, a sum over the
+    // same bytes both ways).
     //
     // A whole group's keys are unrolled: their rows' addresses and
     // prefetches once per group, not once per key and chunk, with no
     // branch per key (the grouped-query tile ran about 25 instructions
     // per key and chunk around its 8 FMAs, its P row pointers reloaded
     // from the stack). One row, and a chunk of 64 columns or more
-    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk, as
-    // AVX2's one row; its stores per key are not measured there), take
+    // (AVX-512's four-row tile: 4 lines of float32 per row and chunk; its
+    // stores per key are not measured there), take
     // kDecPVGroup keys. Narrower chunks (AVX2: two rows x 4 vectors,
     // four rows x 2) read two or one lines of each row per chunk, so a
     // group of G keys has the memory see G interleaved streams: with 8, a
