@@ -86,8 +86,9 @@ void ExpectForwardMatchesNaive(std::int64_t h, std::int64_t hk, std::int64_t i, 
 // (multi-head, and a group of 3 that takes no 4-row tile) holds q in
 // registers 8 vectors at a time (4 on AVX2), then single vectors, then the
 // last d % lanes elements one by one; grouped-query tiles of 4 rows. The
-// value pass: a one-row tile of up to 16 vectors over all keys, else
-// groups of keys in chunks of 16, 8, ..., 1 vectors. d below one vector,
+// value pass: groups of keys in chunks of 16, 8, ..., 1 vectors for one
+// row (and for tiles of several rows where d takes more than one chunk),
+// the keys past the last whole group one by one. d below one vector,
 // whole chunks, chunks and a remainder, two chunks; one and three query
 // rows; two key blocks of 256; on every instruction set.
 TEST(AttentionKernelPaths, DecodeScoresOverEveryChunkOfD) {
