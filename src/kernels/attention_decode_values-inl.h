@@ -36,7 +36,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // the stack (a load, FMA and store per key each). With the row's 8 keys'
 // prefetches in one burst per group (DecPVTile), the float32 decode took
 // 0.78-0.83x the time of 8-vector chunks (each row's first half, then its
-// second), in three in-process alternations from memory on two threads
+// second), in four in-process alternations from memory on two threads
 // (Zen 3); with a prefetch before each key's loads instead, 0.87-1.07x
 // depending on the minute (docs/performance-notes.md, twenty-second
 // round).
@@ -123,11 +123,12 @@ HWY_INLINE void DecHalvingChunks(std::int64_t d, std::int64_t x, const Chunk& ch
 }
 
 // O[RB rows][columns ...] += P[RB rows][keys [0, count)] V[keys], key c's
-// value row at base + at[c] (its dtype): VW vectors of d at a time over
-// all the keys (the accumulators stay in registers for the whole run of
-// keys), then single vectors, then the last d % N columns one by one. P
-// rows have stride ldp, O rows dp. pf, when not null, is the block's rows
-// (at = pf->at + c_first): the first pass over the keys prefetches ahead.
+// value row at base + at[c] (its dtype): VW vectors of d at a time, then
+// chunks of halving widths, each chunk's accumulators in registers over
+// all the keys (several rows whose d is one chunk) or over each group of
+// keys (one row, or d in several chunks), then the last d % N columns one
+// by one. P rows have stride ldp, O rows dp. pf, when not null, is the
+// block's rows (at = pf->at + c_first): the passes prefetch ahead.
 template <int RB, int VW, typename TV>
 HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           const TV* HWY_RESTRICT base, const std::int64_t* HWY_RESTRICT at,
