@@ -156,11 +156,26 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     });
   };
   const std::int64_t vecs = d / n;
-  if (RB > 1 && vecs <= VW && (vecs & (vecs - 1)) == 0) {  // the whole vectors in one chunk
+  // On AVX-512 one row of float32 values walks its keys one at a time, a
+  // prefetch before each key's loads, where its whole vectors fit one
+  // chunk (d = 128: 8 vectors): against the group's prefetches in one
+  // burst, the float32 decode took 0.87-0.90x the time (Zen 5, from
+  // memory, two threads, five in-process alternations), 16-bit rows
+  // 0.97-1.05 (no change kept). On AVX2 the bursts stay (Zen 3: 0.78-0.83x
+  // the time of a prefetch per key, see kDecRowVecs), though that code on
+  // the Zen 5 also ran 0.91x with a prefetch per key: which wins depends on
+  // the core, and AVX2 stands for the older ones (docs/performance-notes.md,
+  // twenty-third round).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr bool kRowByKey = RB == 1 && std::is_same_v<TV, float>;
+#else
+  constexpr bool kRowByKey = false;
+#endif
+  if ((RB > 1 || kRowByKey) && vecs <= VW && (vecs & (vecs - 1)) == 0) {  // one chunk
     keys(0, count);
   } else {
-    // One row (in groups of keys whatever d: the group's prefetches in
-    // one burst, see kDecRowVecs), or a row wider than the tile's
+    // One row (in groups of keys, the group's prefetches in one burst,
+    // see kDecRowVecs; but float32 on AVX-512 above), or a row wider than the tile's
     // accumulators (d = 128 on AVX2 for two or four rows: 16 vectors, 4
     // or 2 held per row), or of a width that takes several chunks: groups
     // of keys, each chunk of columns over them, so the later chunks find
