@@ -177,14 +177,14 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       acc[u] = a;
     }
   };
-  // float32 rows of 8 or 16 vectors take the unrolled path below whatever
-  // the registers: on AVX-512 (d = 128, 8 vectors) its four short sums per
+  // float32 rows of 8 vectors take the unrolled path below even where q
+  // fits the registers: on AVX-512 (d = 128) its four short sums per
   // key with q from L1 took 0.97x the time of q held in registers with one
   // 8-FMA chain per key (float32 decode from memory, two threads, Zen 5,
   // three in-process alternations; 16-bit rows: 0.998-1.02, so they keep
   // q in registers; docs/performance-notes.md, twenty-third round).
   constexpr bool kF32 = std::is_same_v<TK, float>;
-  if (whole > kDecQVecs * n || (kF32 && (d == 8 * n || d == 16 * n))) {
+  if (whole > kDecQVecs * n || (kF32 && d == 8 * n)) {
     // A row wider than q's registers (d = 128 on AVX2: 16 vectors, 4 in
     // registers): key by key, each row front to back with q's vectors
     // loaded again from L1 (two loads per FMA, two sums per key for the

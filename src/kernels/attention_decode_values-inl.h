@@ -175,11 +175,12 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     keys(0, count);
   } else {
     // One row (in groups of keys, the group's prefetches in one burst,
-    // see kDecRowVecs; but float32 on AVX-512 above), or a row wider than the tile's
-    // accumulators (d = 128 on AVX2 for two or four rows: 16 vectors, 4
-    // or 2 held per row), or of a width that takes several chunks: groups
-    // of keys, each chunk of columns over them, so the later chunks find
-    // the rows in L1 and the memory sees each row read front to back.
+    // see kDecRowVecs; float32 on AVX-512 goes above), or a row wider
+    // than the tile's accumulators (d = 128 on AVX2 for two or four rows:
+    // 16 vectors, 4 or 2 held per row), or of a width that takes several
+    // chunks: groups of keys, each chunk of columns over them, so the
+    // later chunks find the rows in L1 and the memory sees each row read
+    // front to back.
     // Each chunk over all the keys (a stride of one row in memory, the
     // later chunks from L2) read 0.85x as fast (a Zen 3, a sum over the
     // same bytes both ways).
