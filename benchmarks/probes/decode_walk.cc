@@ -33,6 +33,8 @@
 #include <memory>
 #include <vector>
 
+#include "probe_start.h"
+
 namespace {
 
 constexpr long kHeads = 8;        // kv heads
@@ -127,17 +129,7 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   long mib = 128;
-  if (argc > 2 ||
-      (argc == 2 && (std::sscanf(argv[1], "%ld", &mib) != 1 || mib < 64 || mib > 32768))) {
-    std::fprintf(stderr, "usage: %s [MiB], 64 <= MiB <= 32768 (got %s)\n", argv[0],
-                 argc > 1 ? argv[1] : "");
-    return 2;
-  }
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    std::fprintf(stderr, "%s: this CPU has no AVX2 and FMA\n", argv[0]);
-    return 2;
-  }
+  if (const int rc = posbias::probes::ProbeStart(argc, argv, 32768, &mib); rc != 0) return rc;
   const long n = mib << 18;  // floats in each of K and V
   const long j = n / (kHeads * kRow);
   const auto bytes = static_cast<std::size_t>(n) * sizeof(float);

@@ -26,6 +26,8 @@
 #include <cstring>
 #include <memory>
 
+#include "probe_start.h"
+
 namespace {
 
 constexpr std::size_t kLineFloats = 16;  // 64 bytes
@@ -82,17 +84,7 @@ void Row(const float* a, std::size_t n) {
 
 int main(int argc, char** argv) {
   long mib = 256;
-  if (argc > 2 ||
-      (argc == 2 && (std::sscanf(argv[1], "%ld", &mib) != 1 || mib < 64 || mib > 65536))) {
-    std::fprintf(stderr, "usage: %s [MiB], 64 <= MiB <= 65536 (got %s)\n", argv[0],
-                 argc > 1 ? argv[1] : "");
-    return 2;
-  }
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    std::fprintf(stderr, "%s: this CPU has no AVX2 and FMA\n", argv[0]);
-    return 2;
-  }
+  if (const int rc = posbias::probes::ProbeStart(argc, argv, 65536, &mib); rc != 0) return rc;
   const std::size_t n = static_cast<std::size_t>(mib) << 18;  // floats
   // The prefetches run up to 32 KiB past the end: allocated, never read.
   const std::size_t bytes = (n + 8192) * sizeof(float);
