@@ -15,12 +15,14 @@
 // the kernel's instruction stream.
 //
 // Usage: posbias-probe-decode-walk [MiB]   (each of K and V; default 128, at
-// least 64, well past the last-level cache). x86-64 with AVX2 and FMA only:
-// each line costs exactly two loads, two adds and W FMAs (256-bit; the
+// least 64, well past the last-level cache). x86-64 with AVX2 and FMA: each
+// line costs exactly two loads, two adds and W FMAs (256-bit; the
 // grouped-query decode's score and value passes do 4 AVX-512 FMAs, 8 of
 // these, per line). Prints one row per (W, ahead): the plain read's and the
-// walk's GB/s (medians of 7 alternated calls) and their ratio. Exit code 2
-// for a bad argument or a CPU without AVX2 and FMA.
+// walk's GB/s (medians of 7 alternated calls) and their ratio. On a CPU
+// with AVX-512 a second table walks K alone with a copy of the kernel's
+// grouped-query score tile (TileWalk), against a plain read of K. Exit code
+// 2 for a bad argument or a CPU without AVX2 and FMA.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -211,6 +213,27 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// GB/s of `bytes` read by plain() and by walk(), medians of 7 rounds that
+// alternate them, so that both see the same minute of this machine's memory.
+struct Rates {
+  double read_gbps, walk_gbps;
+};
+Rates Alternated(const std::function<float()>& plain, const std::function<float()>& walk,
+                 double bytes) {
+  volatile float sink = 0.0f;
+  const auto ms = [&](const std::function<float()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sink = sink + f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> plain_ms, walk_ms;
+  for (int round = 0; round < 7; ++round) {
+    plain_ms.push_back(ms(plain));
+    walk_ms.push_back(ms(walk));
+  }
+  return {bytes / Median(plain_ms) / 1e6, bytes / Median(walk_ms) / 1e6};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -246,22 +269,11 @@ int main(int argc, char** argv) {
   std::printf("%d threads, K and V [%ld, %ld, %ld] float32 (%ld MiB each), blocks of %ld keys\n",
               omp_get_max_threads(), kHeads, j, kRow, mib, kBlock);
   std::printf("%4s %6s %11s %11s %9s\n", "FMAs", "ahead", "read GB/s", "walk GB/s", "fraction");
-  volatile float sink = 0.0f;
-  const auto ms = [&](const std::function<float()>& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    sink = sink + f();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
   for (const Case& c : cases) {
-    std::vector<double> plain, walk;
-    for (int round = 0; round < 7; ++round) {  // alternated: both see the same minute
-      plain.push_back(ms([&] { return Plain(kp, vp, n); }));
-      walk.push_back(ms(c.walk));
-    }
-    const double read_gbps = 2.0 * static_cast<double>(bytes) / Median(plain) / 1e6;
-    const double walk_gbps = 2.0 * static_cast<double>(bytes) / Median(walk) / 1e6;
-    std::printf("%4d %6ld %11.1f %11.1f %9.3f\n", c.w, c.ahead, read_gbps, walk_gbps,
-                walk_gbps / read_gbps);
+    const Rates r =
+        Alternated([&] { return Plain(kp, vp, n); }, c.walk, 2.0 * static_cast<double>(bytes));
+    std::printf("%4d %6ld %11.1f %11.1f %9.3f\n", c.w, c.ahead, r.read_gbps, r.walk_gbps,
+                r.walk_gbps / r.read_gbps);
   }
   if (!__builtin_cpu_supports("avx512f")) return 0;
   std::printf("AVX-512 score tile over K alone (4 query rows x 4 keys, prefetch 8 keys on)\n");
@@ -275,14 +287,10 @@ int main(int argc, char** argv) {
                             {"key by key, loaded", TileWalk<false, true>},
                             {"key by key, held (not the math)", TileWalk<true, true>}};
   for (const TileCase& c : tiles) {
-    std::vector<double> plain, walk;
-    for (int round = 0; round < 7; ++round) {
-      plain.push_back(ms([&] { return Plain(kp, nullptr, n); }));
-      walk.push_back(ms([&] { return c.walk(kp, j); }));
-    }
-    const double read_gbps = static_cast<double>(bytes) / Median(plain) / 1e6;
-    const double walk_gbps = static_cast<double>(bytes) / Median(walk) / 1e6;
-    std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, read_gbps, walk_gbps, walk_gbps / read_gbps);
+    const Rates r = Alternated([&] { return Plain(kp, nullptr, n); }, [&] { return c.walk(kp, j); },
+                               static_cast<double>(bytes));
+    std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
+                r.walk_gbps / r.read_gbps);
   }
   return 0;
 }
