@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "attention_cases.h"
 #include "baselines.h"
 #include "child_measure.h"
+#include "peer_ggml.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
 #include "posbias/slopes.h"
@@ -186,11 +188,24 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
   const auto run = [&](const AttentionBias& b, const AttentionOptions& opt) {
     return [&in, b, opt] { Tensor r = attention_forward(in.q, in.k, in.v, b, opt); };
   };
-  const auto t = time_interleaved(
-      {run(AttentionBias::alibi(slopes), causal), run(AttentionBias::none(), causal),
-       run(AttentionBias::distance_table(dpb_table), causal),
-       run(AttentionBias::alibi(slopes), noncausal), fma.run()},
-      o.warmup, o.repetitions);
+  // ggml's flash attention on the same tensors (peer_ggml.h), causal and
+  // non-causal ALiBi, when installed: in the same rounds (indices 5, 6).
+  std::string ggml_why;
+  const std::shared_ptr<GgmlPeer> ggml = GgmlPeer::load(&ggml_why);
+  GgmlCompared g[2];
+  std::vector<std::function<void()>> calls = {
+      run(AttentionBias::alibi(slopes), causal), run(AttentionBias::none(), causal),
+      run(AttentionBias::distance_table(dpb_table), causal),
+      run(AttentionBias::alibi(slopes), noncausal), fma.run()};
+  if (ggml != nullptr) {
+    for (int c = 0; c < 2; ++c) {
+      const AttentionOptions& opt = c == 0 ? causal : noncausal;
+      g[c] = ggml_compared(ggml.get(), in.q, in.k, in.v, c == 0,
+                           attention_forward(in.q, in.k, in.v, AttentionBias::alibi(slopes), opt));
+      calls.push_back([&call = *g[c].call] { call.run(); });
+    }
+  }
+  const auto t = time_interleaved(calls, o.warmup, o.repetitions);
   fma.record(t[4]);
   const double alibi_ms = median(t[0]), none_ms = median(t[1]), table_ms = median(t[2]),
                nc_ms = median(t[3]);
@@ -229,6 +244,11 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
     set_best_gflops(r, causal_flops, t[0]);
     r.note = "b 1, causal ALiBi, float32; pytorch = matmul + materialised bias + softmax" +
              (peer.empty() && !o.quick ? "; " + why : std::string());
+    if (ggml != nullptr) {
+      add_ggml_baseline(r, *ggml, g[0], t[5]);
+    } else {
+      r.note += "; " + ggml_why;
+    }
     out.push_back(r);
   }
   {
@@ -261,6 +281,7 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
     r.note =
         "non-causal ALiBi; sgemm_gflops = OpenBLAS on n x n (GFLOP/s, not ms), timed right "
         "after the attention rounds";
+    if (ggml != nullptr) add_ggml_baseline(r, *ggml, g[1], t[6]);
     out.push_back(r);
   }
 }

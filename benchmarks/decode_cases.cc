@@ -1,13 +1,18 @@
 // The decode cases of the attention suite (attention_cases.h): one query row
 // per head against a long KV cache, where the only cost that should matter
 // is reading K and V once; each case is interleaved call by call with a
-// read of the same bytes (issue 17's fraction_of_read).
+// read of the same bytes (issue 17's fraction_of_read), and, where its
+// libraries are installed (scripts/fetch-ggml.sh), with ggml's CPU flash
+// attention on the very same K and V (peer_ggml.h).
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "attention_cases.h"
+#include "peer_ggml.h"
 #include "posbias/attention.h"
 #include "posbias/slopes.h"
 #include "suite_common.h"
@@ -100,34 +105,68 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
   // throughout): the same bytes of K and V as f16kv.
   DecodeInputs all16 = decode_inputs(kHeads, j, DType::kFloat16);
   all16.in.q = all16.in.q.to(DType::kFloat16);
+  // ggml's flash attention on the same tensors (f32kv, grouped-query,
+  // f16kv, bf16kv; it has no float16 q), when installed.
+  std::string why;
+  const std::shared_ptr<GgmlPeer> peer = GgmlPeer::load(&why);
+  const DecodeInputs* const peer_cases[] = {&f32, &gqa, &f16, &bf16};
+  GgmlCompared g[4];
+  for (int c = 0; c < 4; ++c) {
+    const DecodeInputs& in = *peer_cases[c];
+    if (in.q16) continue;  // ggml takes float32 q only
+    g[c] = ggml_compared(peer.get(), in.in.q, in.in.k, in.in.v, true,
+                         attention_forward(in.in.q, in.in.k, in.in.v, AttentionBias::alibi(slopes),
+                                           causal_options()));
+  }
   // All in one round, call by call: the 16-bit caches' f32kv baseline is
-  // the float32 decode of the same rounds.
-  const auto t =
-      time_interleaved({decode_call(f32, slopes), read_call(f32, sink), decode_call(gqa, slopes),
-                        read_call(gqa, sink), decode_call(f16, slopes), read_call(f16, sink),
-                        decode_call(bf16, slopes), read_call(bf16, sink),
-                        decode_call(all16, slopes), read_call(all16, sink)},
-                       o.warmup, o.repetitions);
+  // the float32 decode of the same rounds. The peer's calls follow ours
+  // (indices 10 on).
+  std::vector<std::function<void()>> calls = {decode_call(f32, slopes),   read_call(f32, sink),
+                                              decode_call(gqa, slopes),   read_call(gqa, sink),
+                                              decode_call(f16, slopes),   read_call(f16, sink),
+                                              decode_call(bf16, slopes),  read_call(bf16, sink),
+                                              decode_call(all16, slopes), read_call(all16, sink)};
+  int peer_at[4] = {-1, -1, -1, -1};
+  for (int c = 0; c < 4; ++c) {
+    if (g[c].call == nullptr) continue;
+    peer_at[c] = static_cast<int>(calls.size());
+    calls.push_back([&call = *g[c].call] { call.run(); });
+  }
+  const auto t = time_interleaved(calls, o.warmup, o.repetitions);
+  const auto peer_figures = [&](CaseResult& r, int c) {
+    if (peer_at[c] >= 0) {
+      // ggml's own fraction of the same read (its float16 mask holds
+      // positions above 2048 to a few units, and its 16-bit paths round q
+      // or P V to 16 bits: ggml_max_abs_diff).
+      add_ggml_baseline(r, *peer, g[c], t[peer_at[c]]);
+      r.extra["ggml_fraction_of_read"] =
+          gbps(peer_cases[c]->kv_bytes, median(t[peer_at[c]])) / r.baselines["read_gbps"];
+    } else if (c == 0) {
+      r.note += "; " + (peer ? std::string("ggml peer: no call for this case") : why);
+    }
+  };
   const std::string read_target = "fraction_of_read at least 0.85";
   CaseResult r = decode_result(names[0], f32, j, t[0], t[1]);
   r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
   set_target(r, read_target, r.extra["fraction_of_read"] >= 0.85);
+  peer_figures(r, 0);
   out.push_back(r);
 
   // Grouped-query attention (8 kv heads for the 32 query heads, as
   // Llama-2-70B and Mistral): a quarter of the bytes.
-  CaseResult g = decode_result(names[1], gqa, j, t[2], t[3]);
-  g.baselines["multi_head_ms"] = r.median_ms;
-  g.extra["speedup_over_multi_head"] = r.median_ms / g.median_ms;
-  g.note =
+  CaseResult gq = decode_result(names[1], gqa, j, t[2], t[3]);
+  gq.baselines["multi_head_ms"] = r.median_ms;
+  gq.extra["speedup_over_multi_head"] = r.median_ms / gq.median_ms;
+  gq.note =
       "i = 1, 32 query heads on 8 kv heads; read_gbps = reading its K and V bytes; "
       "multi_head_ms = the float32 case above, in the same rounds";
-  set_target(g, read_target, g.extra["fraction_of_read"] >= 0.85);
-  out.push_back(g);
+  set_target(gq, read_target, gq.extra["fraction_of_read"] >= 0.85);
+  peer_figures(gq, 1);
+  out.push_back(gq);
 
   // 16-bit caches (llama.cpp's arrangement: q and out float32): half the
   // bytes of the float32 case.
-  const auto half = [&](const DecodeInputs& d, const std::string& name, std::size_t at) {
+  const auto half = [&](const DecodeInputs& d, const std::string& name, std::size_t at, int pc) {
     CaseResult c = decode_result(name, d, j, t[at], t[at + 1]);
     c.baselines["f32kv"] = r.median_ms;
     c.extra["speedup_over_f32kv"] = r.median_ms / c.median_ms;
@@ -137,10 +176,11 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
              "; read_gbps = reading its K and V bytes; f32kv = the float32 case, same rounds";
     set_target(c, read_target + " and at least 1.7x faster than f32kv",
                c.extra["fraction_of_read"] >= 0.85 && c.extra["speedup_over_f32kv"] >= 1.7);
+    peer_figures(c, pc);
     out.push_back(c);
   };
-  half(f16, names[2], 4);
-  half(bf16, names[3], 6);
+  half(f16, names[2], 4, 2);
+  half(bf16, names[3], 6, 3);
 
   CaseResult a = decode_result(names[4], all16, j, t[8], t[9]);
   a.baselines["f32kv"] = r.median_ms;
@@ -151,6 +191,12 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
       "float32 case, f16kv_ms = the float16 cache with float32 q, same rounds";
   set_target(a, read_target + " and at least 1.7x faster than f32kv",
              a.extra["fraction_of_read"] >= 0.85 && a.extra["speedup_over_f32kv"] >= 1.7);
+  if (peer_at[2] >= 0) {  // ggml has no float16 q: its float16 cache call, same K and V bytes
+    const double ms = median(t[peer_at[2]]);
+    a.baselines["ggml_ms"] = ms;
+    a.extra["speedup_vs_ggml"] = ms / a.median_ms;
+    a.note += "; ggml_ms = ggml's f16kv call (float32 q), same rounds";
+  }
   out.push_back(a);
 }
 
