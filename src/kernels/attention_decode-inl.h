@@ -351,8 +351,164 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The grouped-query score pass of AVX-512 for its common case, written out:
+// four query rows of one kv head, float32 rows of d = 128 (8 vectors) at a
+// fixed stride (a dense cache), no key mask. Four keys at a time: the
+// 4 x 4 dot products in 16 sums over the rows' 8 vectors (each key vector
+// loaded once for the 4 rows), fully unrolled; after the burst prefetch of
+// the rows `ahead` keys on. Scores for whole groups of N keys of [0,
+// max_lim); returns the keys it did (the caller does the rest).
+//
+// The general tiles (DecScores, DecScoreTile<4>) do the same FMAs, but
+// take each tile's key rows from the offsets array, its prefetch rows from
+// the group walk (NextInGroups, a clamp and a lookup per row) and prefetch
+// a row of a run-time length (a computed jump into an unrolled loop). Rows
+// addressed as base + c * stride and a fixed 8-line prefetch instead:
+// grouped-query decode 0.89-0.95x the time from memory on two threads,
+// 0.95 on one, 0.95 in cache (Zen 5, alternated scratch builds;
+// docs/performance-notes.md, twenty-fifth round). The unrolled chunk loop
+// and the in-block tree alone had given 0.966 of the score pass's time.
+HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, const AttentionTask& t,
+                                           std::int64_t max_lim, std::int64_t cols,
+                                           const DecRows<float>& k, AttentionWork& w) {
+  constexpr std::int64_t kD = 128;
+  const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
+  if (p.d != kD || !t.k_direct || p.key_layout == KeyLayout::kPaged || p.key_mask != nullptr ||
+      DecLastKvHead(p, t) != t.kvh || rr.end - rr.begin != 4 || k.ahead <= 0) {
+    return 0;
+  }
+  const std::int64_t st = p.k_stride[2];
+  const float* HWY_RESTRICT base = k.base + k.at[0];  // dense: key c's row at base + c st
+  const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
+  float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
+  const std::int64_t last = k.avail - 1, whole = max_lim / 16 * 16;
+  for (std::int64_t c = 0; c < whole; c += 4) {
+#pragma GCC unroll 4
+    for (std::int64_t u = 0; u < 4; ++u) {
+      const char* pr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+#pragma GCC unroll 8
+      for (std::int64_t b = 0; b < kD * 4; b += 64) hwy::Prefetch(pr + b);
+    }
+    const float* HWY_RESTRICT r = base + c * st;
+    VF acc[16];  // acc[row * 4 + key]
+#pragma GCC unroll 8
+    for (std::int64_t x = 0; x < kD; x += 16) {
+      VF qv[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) qv[i] = hn::LoadU(df, q + i * kD + x);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const VF kv = hn::LoadU(df, r + u * st + x);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          acc[i * 4 + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * 4 + u]);
+        }
+      }
+    }
+    // Row i's 4 key sums per 128-bit block, then the blocks summed: lane
+    // 4 i + u of `out` is row i's score of key c + u.
+    VF wr[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      wr[i] = DecQuadSums(df, DecPairSums(df, acc[4 * i], acc[4 * i + 1]),
+                          DecPairSums(df, acc[4 * i + 2], acc[4 * i + 3]));
+    }
+    const VF a01 =
+        hn::Add(hn::ConcatLowerLower(df, wr[1], wr[0]), hn::ConcatUpperUpper(df, wr[1], wr[0]));
+    const VF a23 =
+        hn::Add(hn::ConcatLowerLower(df, wr[3], wr[2]), hn::ConcatUpperUpper(df, wr[3], wr[2]));
+    const __m512 out = _mm512_add_ps(_mm512_shuffle_f32x4(a01.raw, a23.raw, 0x88),
+                                     _mm512_shuffle_f32x4(a01.raw, a23.raw, 0xDD));
+    _mm_storeu_ps(s + c, _mm512_extractf32x4_ps(out, 0));
+    _mm_storeu_ps(s + cols + c, _mm512_extractf32x4_ps(out, 1));
+    _mm_storeu_ps(s + 2 * cols + c, _mm512_extractf32x4_ps(out, 2));
+    _mm_storeu_ps(s + 3 * cols + c, _mm512_extractf32x4_ps(out, 3));
+  }
+  return whole;
+}
+
+// The one-row score pass (multi-head decode: one query head per kv head)
+// in the same terms, for rows of d = 128 in any dtype: 16 keys at a time,
+// each key's 8 vectors in four sums with q's vectors from L1 (float32) or
+// in two with q held in registers (16-bit rows, widened), the row `ahead`
+// keys on prefetched a line at a time among them, as DecScoreLanes does;
+// one transpose-add tree per 16 keys. Against DecScoreLanes (its 16 rows
+// and 16 prefetch rows looked up per group of keys): float32 decode
+// 0.86-0.89x the time from memory on two threads, 0.82 on one, 0.81 in
+// cache; float16 and bfloat16 0.97-1.0 from memory (two threads), 0.94 on
+// one, 0.84 in cache (Zen 5, alternated scratch builds).
+template <typename TK>
+HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const AttentionTask& t,
+                                          std::int64_t max_lim, std::int64_t cols,
+                                          const DecRows<TK>& k, AttentionWork& w) {
+  constexpr std::int64_t kD = 128;
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
+  if (p.d != kD || !t.k_direct || p.key_layout == KeyLayout::kPaged || p.key_mask != nullptr ||
+      DecLastKvHead(p, t) != t.kvh || rr.end - rr.begin != 1 || k.ahead <= 0) {
+    return 0;
+  }
+  constexpr bool kF32 = std::is_same_v<TK, float>;
+  constexpr int C = kF32 ? 4 : 2;  // independent sums per key
+  constexpr std::int64_t kVecBytes = n * static_cast<std::int64_t>(sizeof(TK));
+  constexpr std::int64_t kPer = kVecBytes >= 64 ? 1 : 64 / kVecBytes;  // vectors per line
+  const std::int64_t st = p.k_stride[2];
+  const TK* HWY_RESTRICT base = k.base + k.at[0];
+  const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
+  float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
+  VF qh[kF32 ? 1 : 8];
+  if constexpr (!kF32) {
+    for (int x = 0; x < 8; ++x) qh[x] = DecLoadHeld(df, q + x * n);
+  }
+  const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
+  for (std::int64_t c = 0; c < whole; c += n) {
+    VF acc[kDecLanes];
+#pragma GCC unroll 16
+    for (std::int64_t u = 0; u < n; ++u) {
+      const TK* HWY_RESTRICT row = base + (c + u) * st;
+      const char* pfr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+      VF a[C];
+#pragma GCC unroll 8
+      for (int x = 0; x < 8; ++x) {
+        if (x % kPer == 0) hwy::Prefetch(pfr + x * kVecBytes);
+        VF qv;
+        if constexpr (kF32) {
+          qv = hn::LoadU(df, q + x * n);
+        } else {
+          qv = qh[x];
+        }
+        a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
+                         : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
+      }
+      if constexpr (C == 4) {
+        acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
+      } else {
+        acc[u] = hn::Add(a[0], a[1]);
+      }
+    }
+    hn::Store(DecLaneSums(df, acc), df, s + c);
+  }
+  return whole;
+}
+#else
+HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const AttentionTask&,
+                                           std::int64_t, std::int64_t, const DecRows<float>&,
+                                           AttentionWork&) {
+  return 0;  // the general tiles below
+}
+template <typename TK>
+HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const AttentionTask&,
+                                          std::int64_t, std::int64_t, const DecRows<TK>&,
+                                          AttentionWork&) {
+  return 0;
+}
+#endif
+
 // S = (scale q) K^T for every row of the task over the block's first
-// max_lim keys: N keys at a time for each kv head's rows (so a group's K
+// max_lim keys (on AVX-512 the common dense cases go to DecScoresDenseTile
+// and DecScoresDenseRow first, for whole groups of N keys): N keys at a
+// time for each kv head's rows (so a group's K
 // rows, all heads of a key position side by side in a paged cache, are
 // read from memory once and by the other rows from L1). Columns past
 // max_lim up to a whole vector get the scores of key 0 (masked later).
@@ -363,8 +519,13 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
   const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
   const TK* kr[kDecLanes];
   const TK* pf[kDecLanes] = {};
+  std::int64_t done = 0;
+  if constexpr (std::is_same_v<TK, float>) done = DecScoresDenseTile(df, p, t, max_lim, cols, k, w);
+  if (done == 0) done = DecScoresDenseRow(df, p, t, max_lim, cols, k, w);
   auto walk = k.StartGroups(n, nkv);
-  for (std::int64_t c = 0; c < max_lim; c += n) {
+  // (done: whole groups; the rest's prefetch walk starts where it ends)
+  for (std::int64_t g = 0; k.ahead > 0 && g < done; g += n) k.NextInGroups(walk, n, nkv, pf);
+  for (std::int64_t c = done; c < max_lim; c += n) {
     for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
       const TK* base = k.base + (kv - t.kvh) * k.kv_step;
       for (std::int64_t u = 0; u < n; ++u) kr[u] = base + k.at[c + u < max_lim ? c + u : 0];

@@ -224,6 +224,50 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
   }
 }
 
+// The one-row P V tile of 16-bit value rows of d = 128 in place at a fixed
+// stride (a dense cache, no key mask) on AVX-512, written out: keys [c0,
+// c1) of the block one at a time, the 8 vectors of O in registers over
+// all of them; key c's row at base + v.at[0] + c * stride, its weight
+// pw[c]; when `prefetch`, the row `ahead` keys on before each key's loads
+// (row_bytes long, a run-time length as DecPVTile's: with the prefetch
+// loops fully unrolled, the value passes ran slower, a four-row tile's 64
+// prefetches per 8 keys 1.03x the time, float16 decode with every row's
+// prefetch unrolled 1.24-1.29x).
+// Against DecPVTile's groups of 8 keys (rows from the offsets array, the
+// group's prefetches in one burst), float16 and bfloat16 decode took
+// 0.92-0.95x the time from memory on two threads (Zen 5, alternated
+// scratch builds; DecPVTile walking them key by key instead: 0.98-1.03).
+// float32 rows stay with DecPVTile's own key-by-key walk (kRowByKey): this
+// tile took 1.05-1.2x its time (docs/performance-notes.md, twenty-fifth
+// round).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kDecDenseRowValues = true;
+#else
+constexpr bool kDecDenseRowValues = false;
+#endif
+template <typename TV>
+HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* base,
+                              const DecRows<TV>& v, std::int64_t stride, std::int64_t c0,
+                              std::int64_t c1, bool prefetch, std::int64_t row_bytes,
+                              float* HWY_RESTRICT o) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  static_assert(!kDecDenseRowValues || n == 16, "d = 128 is 8 vectors");
+  const TV* HWY_RESTRICT rows = base + v.at[0];
+  const std::int64_t last = v.avail - 1;
+  VF acc[8];
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u) acc[u] = hn::LoadU(df, o + u * n);
+  for (std::int64_t c = c0; c < c1; ++c) {
+    if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes);
+    const TV* HWY_RESTRICT row = rows + c * stride;
+    const VF pv = hn::Set(df, pw[c]);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) acc[u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[u]);
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u) hn::StoreU(acc[u], df, o + u * n);
+}
+
 // O = alpha O + P V for every row of the task over the block's keys,
 // each row over its own visible keys [first, lim) only (a NaN in a value
 // it cannot see never reaches it; neither are the keys the key mask hides
@@ -250,6 +294,9 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     }
   }
   const float* keep = p.key_mask != nullptr ? w.keep.get() : nullptr;
+  // DecPVDenseRow's rows (used for one-row tiles of 16-bit values).
+  const bool dense_row =
+      p.d == 128 && t.v_direct && p.key_layout != KeyLayout::kPaged && p.key_mask == nullptr;
   // Rows [r, r + R) over keys [from, to), in runs of attended keys; the
   // first rows of a kv head (which read its value rows from memory)
   // prefetch.
@@ -267,8 +314,18 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
         while (e < to && keep[e] != 0.0f) ++e;
       }
       if (e > c) {
-        DecPVTile<R, kVW>(df, s + r * cols + c, cols, base, v.at + c, e - c, p.d, o + r * dp, dp,
-                          first_rows && v.ahead > 0 ? &v : nullptr, c);
+        bool done = false;
+        if constexpr (R == 1 && kDecDenseRowValues && !std::is_same_v<TV, float>) {
+          if (dense_row) {
+            DecPVDenseRow(df, s + r * cols, base, v, p.v_stride[2], c, e, first_rows && v.ahead > 0,
+                          p.d * static_cast<std::int64_t>(sizeof(TV)), o + r * dp);
+            done = true;
+          }
+        }
+        if (!done) {
+          DecPVTile<R, kVW>(df, s + r * cols + c, cols, base, v.at + c, e - c, p.d, o + r * dp, dp,
+                            first_rows && v.ahead > 0 ? &v : nullptr, c);
+        }
       }
       c = e;
     }

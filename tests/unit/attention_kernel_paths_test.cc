@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_naive.h"
@@ -336,6 +337,63 @@ TEST(AttentionKernelPaths, DecodeStridedKeyAndValueElements) {
           "attention_forward", test::naive_atol(kv_dtype), test::naive_rtol(kv_dtype));
     }
   }
+}
+
+// Decode from a dense cache with d = 128 (on AVX-512 the rows are
+// addressed by their stride: DecScoresDenseTile for four query rows of a
+// kv head, DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one
+// row; a change to any of them fails here): float32, float16 and bfloat16
+// K and V with float32 q, one query head per kv head and four, key counts
+// that are and are not whole groups of 16 (the keys past the last whole
+// group take the general tiles), two key blocks, one thread and four (the
+// keys split across tasks), on every instruction set. Also the rows of a
+// [b, j, hk, d] slab (a row stride of hk d), whose tasks hold several kv
+// heads and take the general tiles.
+TEST(AttentionKernelPaths, DecodeDenseRowsOfD128) {
+  const int saved = omp_get_max_threads();
+  std::uint32_t seed = 900;
+  const std::int64_t d = 128, i = 1;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (const DType kv_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const auto& [h, hk] : {std::pair<std::int64_t, std::int64_t>{2, 2}, {8, 2}, {4, 1}}) {
+        for (const std::int64_t j : {300, 37, 16}) {
+          for (const bool slab : {false, true}) {
+            SCOPED_TRACE(std::string(hwy::TargetName(target)) + " kv dtype " +
+                         std::to_string(static_cast<int>(kv_dtype)) + " h " + std::to_string(h) +
+                         " hk " + std::to_string(hk) + " j " + std::to_string(j) + " slab " +
+                         std::to_string(slab));
+            const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
+            Tensor k = test::random_tensor({1, hk, j, d}, seed + 1, -2.0f, 2.0f).to(kv_dtype);
+            Tensor v = test::random_tensor({1, hk, j, d}, seed + 2).to(kv_dtype);
+            seed += 3;
+            // The naive formula on the values as stored (16-bit rounded).
+            test::NaiveSeq a = DenseNaive(q, k, v, h, hk, i, j, d, true);
+            for (std::int64_t x = 0; x < h; ++x)
+              a.slopes.push_back(0.01f + 0.05f * static_cast<float>(x));
+            if (slab) {  // the same values in [1, j, hk, d], viewed as [1, hk, j, d]
+              k = k.transpose(1, 2).contiguous_copy().transpose(1, 2);
+              v = v.transpose(1, 2).contiguous_copy().transpose(1, 2);
+            }
+            const test::NaiveOut want = test::naive_attention(a);
+            const std::vector<float> wantf(want.out.begin(), want.out.end());
+            AttentionOptions opt;
+            opt.causal = true;
+            for (const int threads : {1, 4}) {
+              omp_set_num_threads(threads);
+              test::expect_close(
+                  attention_forward(q, k, v, AttentionBias::alibi(a.slopes), opt).to_float_vector(),
+                  wantf, "attention_forward threads " + std::to_string(threads),
+                  test::naive_atol(DType::kFloat32), test::naive_rtol(DType::kFloat32));
+            }
+            if (::testing::Test::HasFailure()) break;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  omp_set_num_threads(saved);
 }
 
 }  // namespace
