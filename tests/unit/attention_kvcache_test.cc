@@ -270,9 +270,14 @@ TEST(AttentionKvcache, LongCachesHeadDimension128AndChunks) {
 // side) and walks keys in blocks cut to its heads' bytes (64 keys of
 // float32 rows for 8 heads of d = 128, 128 of 16-bit ones): sequences over
 // several such blocks and a partial last one, pages across block edges.
+// On AVX-512 (float32, four query rows a kv head) a group of 16 keys within
+// one page is read by stride (DecScoresRunTiles); with pages of 24 keys
+// the groups alternate between one page and two, so that path stops
+// within a block and the general one goes on from there; of 7, no group
+// is within a page.
 TEST(AttentionKvcache, DecodeOverManyKvHeadsInShortKeyBlocks) {
   std::uint32_t seed = 950;
-  for (std::int64_t bs : {16, 7, 0}) {
+  for (std::int64_t bs : {16, 24, 7, 0}) {
     for (DType kvt : {DType::kFloat32, DType::kBFloat16}) {
       CacheCase cc;
       cc.lens = {300, 129, 64, 2};
