@@ -15,6 +15,7 @@
 #include "baselines.h"
 #include "bench_options.h"
 #include "bench_suite.h"
+#include "peer_ggml.h"
 #include "posbias/attention.h"
 #include "posbias/dtype.h"
 #include "posbias/tensor.h"
@@ -72,8 +73,10 @@ class FmaPeak {
 };
 
 // Decode against a long KV cache (i = 1): multi-head, grouped-query and
-// 16-bit caches, each against a same-run read of its bytes.
-void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
+// 16-bit caches, each against a same-run read of its bytes, and against
+// ggml (peer_ggml.h) when `ggml` is not null (else ggml_why says why).
+void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* ggml, const std::string& ggml_why,
+                  std::vector<CaseResult>& out);
 
 // Issue 16's dense options (option_cases.cc): a sliding window, a key
 // mask, soft-capping.

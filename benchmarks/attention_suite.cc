@@ -170,7 +170,8 @@ CaseResult memory_case(const BenchOptions& o) {
 // Prefill at h 16, i = j = n, d 64: causal ALiBi, no bias, a distance table
 // and non-causal ALiBi interleaved call by call with the FMA probe; then the
 // OpenBLAS sgemm roofline and the PyTorch peer.
-void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+void prefill_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* ggml, const std::string& ggml_why,
+                   std::vector<CaseResult>& out) {
   const std::int64_t h = 16, d = 64, n = o.quick ? 512 : 2048;
   const std::string shape = "_h16_n" + std::to_string(n) + "_d64";
   const std::vector<std::string> names = {
@@ -190,8 +191,6 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
   };
   // ggml's flash attention on the same tensors (peer_ggml.h), causal and
   // non-causal ALiBi, when installed: in the same rounds (indices 5, 6).
-  std::string ggml_why;
-  const std::shared_ptr<GgmlPeer> ggml = GgmlPeer::load(&ggml_why);
   GgmlCompared g[2];
   std::vector<std::function<void()>> calls = {
       run(AttentionBias::alibi(slopes), causal), run(AttentionBias::none(), causal),
@@ -200,7 +199,7 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
   if (ggml != nullptr) {
     for (int c = 0; c < 2; ++c) {
       const AttentionOptions& opt = c == 0 ? causal : noncausal;
-      g[c] = ggml_compared(ggml.get(), in.q, in.k, in.v, c == 0,
+      g[c] = ggml_compared(ggml, in.q, in.k, in.v, c == 0,
                            attention_forward(in.q, in.k, in.v, AttentionBias::alibi(slopes), opt));
       calls.push_back([&call = *g[c].call] { call.run(); });
     }
@@ -295,8 +294,12 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
     out.push_back(memory_case(o));
   }
   FmaPeak fma(o);
-  prefill_cases(o, fma, out);
-  decode_cases(o, fma, out);
+  // ggml's flash attention (peer_ggml.h), loaded once for the prefill and
+  // decode cases; null (and ggml_why set) when its libraries are absent.
+  std::string ggml_why;
+  const std::shared_ptr<GgmlPeer> ggml = GgmlPeer::load(&ggml_why);
+  prefill_cases(o, fma, ggml.get(), ggml_why, out);
+  decode_cases(o, fma, ggml.get(), ggml_why, out);
   kvcache_cases(o, out);
   varlen_cases(o, out);
   option_cases(o, out);

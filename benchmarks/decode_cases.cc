@@ -84,7 +84,8 @@ CaseResult decode_result(const std::string& name, const DecodeInputs& d, std::in
 
 }  // namespace
 
-void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std::string& why,
+                  std::vector<CaseResult>& out) {
   (void)fma;  // the decode cases are judged by their reads; judge() adds the peak
   const std::int64_t j = o.quick ? 4096 : 32768;
   const std::string shape = "_n" + std::to_string(j) + "_d128";
@@ -107,14 +108,12 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
   all16.in.q = all16.in.q.to(DType::kFloat16);
   // ggml's flash attention on the same tensors (f32kv, grouped-query,
   // f16kv, bf16kv; it has no float16 q), when installed.
-  std::string why;
-  const std::shared_ptr<GgmlPeer> peer = GgmlPeer::load(&why);
   const DecodeInputs* const peer_cases[] = {&f32, &gqa, &f16, &bf16};
   GgmlCompared g[4];
   for (int c = 0; c < 4; ++c) {
     const DecodeInputs& in = *peer_cases[c];
     if (in.q16) continue;  // ggml takes float32 q only
-    g[c] = ggml_compared(peer.get(), in.in.q, in.in.k, in.in.v, true,
+    g[c] = ggml_compared(peer, in.in.q, in.in.k, in.in.v, true,
                          attention_forward(in.in.q, in.in.k, in.in.v, AttentionBias::alibi(slopes),
                                            causal_options()));
   }
@@ -142,7 +141,7 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
       r.extra["ggml_fraction_of_read"] =
           gbps(peer_cases[c]->kv_bytes, median(t[peer_at[c]])) / r.baselines["read_gbps"];
     } else if (c == 0) {
-      r.note += "; " + (peer ? std::string("ggml peer: no call for this case") : why);
+      r.note += "; " + (peer != nullptr ? std::string("ggml peer: no call for this case") : why);
     }
   };
   const std::string read_target = "fraction_of_read at least 0.85";

@@ -352,6 +352,16 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Whether DecScoresDenseTile (rows = 4) or DecScoresDenseRow (rows = 1)
+// takes a task: d = 128, K rows in place in a dense cache (key c's row at
+// k.at[0] + c * k_stride[2]), no key mask, one kv head with `rows` query
+// rows rr, and a prefetch distance.
+HWY_INLINE bool DecStrideRows(const AttentionParams& p, const AttentionTask& t, std::int64_t ahead,
+                              const DecRowRange& rr, std::int64_t rows) {
+  return p.d == 128 && t.k_direct && p.key_layout != KeyLayout::kPaged && p.key_mask == nullptr &&
+         DecLastKvHead(p, t) == t.kvh && rr.end - rr.begin == rows && ahead > 0;
+}
+
 // The 4 x 4 score tile of DecScoresDenseTile: query rows q (stride 128) by
 // the key rows r, r + st, r + 2 st, r + 3 st (float32, d = 128) into s
 // (row stride cols), 16 sums over the rows' 8 vectors, fully unrolled.
@@ -415,10 +425,7 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
                                            const DecRows<float>& k, AttentionWork& w) {
   constexpr std::int64_t kD = 128;
   const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
-  if (p.d != kD || !t.k_direct || p.key_layout == KeyLayout::kPaged || p.key_mask != nullptr ||
-      DecLastKvHead(p, t) != t.kvh || rr.end - rr.begin != 4 || k.ahead <= 0) {
-    return 0;
-  }
+  if (!DecStrideRows(p, t, k.ahead, rr, 4)) return 0;
   const std::int64_t st = p.k_stride[2];
   const float* HWY_RESTRICT base = k.base + k.at[0];  // dense: key c's row at base + c st
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
@@ -515,10 +522,7 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
   constexpr std::int64_t kD = 128;
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
-  if (p.d != kD || !t.k_direct || p.key_layout == KeyLayout::kPaged || p.key_mask != nullptr ||
-      DecLastKvHead(p, t) != t.kvh || rr.end - rr.begin != 1 || k.ahead <= 0) {
-    return 0;
-  }
+  if (!DecStrideRows(p, t, k.ahead, rr, 1)) return 0;
   constexpr bool kF32 = std::is_same_v<TK, float>;
   constexpr int C = kF32 ? 4 : 2;  // independent sums per key
   constexpr std::int64_t kVecBytes = n * static_cast<std::int64_t>(sizeof(TK));
