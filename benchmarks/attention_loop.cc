@@ -10,7 +10,10 @@
 // d 128, i = 1; the 16-bit ones with q in float32 when the core takes it,
 // else in the cache's dtype; decode_gqa has 8 kv heads), decode_gqa2 (h 32
 // on 16 kv heads) and decode_gqa7 (h 28 on 4: Qwen2.5-7B's groups of 7,
-// which take the four-, two- and one-row value tiles), prefill_causal,
+// which take the four-, two- and one-row value tiles), decode_gqa_slab
+// (decode_gqa's values with K and V laid out [1, j, hk, d], a key
+// position's kv heads side by side as in a paged cache: its tasks hold
+// several kv heads, as the paged decode's do), prefill_causal,
 // prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), paged_decode (the
 // bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the
 // calls made and their mean time.
@@ -43,6 +46,7 @@ struct LoopCase {
   std::int64_t h, hk, i, j, d;
   DType kv_dtype;
   bool causal;
+  bool slab = false;  // K and V as [1, j, hk, d] (viewed as [1, hk, j, d])
 };
 
 const std::map<std::string, LoopCase>& loop_cases() {
@@ -51,6 +55,7 @@ const std::map<std::string, LoopCase>& loop_cases() {
       {"decode_gqa", {32, 8, 1, 32768, 128, DType::kFloat32, true}},
       {"decode_gqa2", {32, 16, 1, 32768, 128, DType::kFloat32, true}},
       {"decode_gqa7", {28, 4, 1, 32768, 128, DType::kFloat32, true}},
+      {"decode_gqa_slab", {32, 8, 1, 32768, 128, DType::kFloat32, true, true}},
       {"decode_f16", {32, 32, 1, 32768, 128, DType::kFloat16, true}},
       {"decode_bf16", {32, 32, 1, 32768, 128, DType::kBFloat16, true}},
       {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},
@@ -121,6 +126,10 @@ int main(int argc, char** argv) {
     call();  // warm-up
   } else {
     in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);
+    if (c.slab) {
+      in.k = in.k.transpose(1, 2).contiguous_copy().transpose(1, 2);
+      in.v = in.v.transpose(1, 2).contiguous_copy().transpose(1, 2);
+    }
     bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
     opt.causal = c.causal;
     call = [&] { posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt); };
@@ -132,7 +141,8 @@ int main(int argc, char** argv) {
     }
     if (c.i == 1) kv_bytes = in.k.numel() * posbias::dtype_size(in.k.dtype()) * 2;
     what = std::string("q ") + posbias::dtype_name(in.q.dtype()) + ", k and v " +
-           posbias::dtype_name(in.k.dtype()) + ", j " + std::to_string(c.j);
+           posbias::dtype_name(in.k.dtype()) + (c.slab ? " [1, j, hk, d]" : "") + ", j " +
+           std::to_string(c.j);
   }
   const auto t0 = std::chrono::steady_clock::now();
   // steady_clock is CLOCK_MONOTONIC on Linux: with `perf record -k mono`,

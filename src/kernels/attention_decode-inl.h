@@ -420,6 +420,10 @@ HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY
 // 0.95 on one, 0.95 in cache (Zen 5, alternated scratch builds;
 // docs/performance-notes.md, twenty-fifth round). The unrolled chunk loop
 // and the in-block tree alone had given 0.966 of the score pass's time.
+// DecScoresRunTiles below computes the same tiles for one kv head too, but
+// in its place took 1.07-1.11x the time from memory and 1.13-1.26x in
+// cache, even with its row pointers stepped and its next group's rows
+// looked up once a group (twenty-sixth round): so this one stays.
 HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, const AttentionTask& t,
                                            std::int64_t max_lim, std::int64_t cols,
                                            const DecRows<float>& k, AttentionWork& w) {
