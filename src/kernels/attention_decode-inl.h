@@ -458,7 +458,11 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
 // Against the general tiles, the bench's paged decode (8 kv heads a task,
 // pages of 16 keys) took 0.898-0.906x the time from memory on two threads
 // and 0.924 on one (Zen 5, alternated scratch builds; the dense
-// grouped-query decode through the shared tile: 0.978).
+// grouped-query decode through the shared tile: 0.978). The row pointers,
+// q and score rows stepped from place to place (not each place's looked
+// up, a division among it) and the next group's rows looked up once a
+// group: paged decode 0.978-1.001x the time from memory on two threads,
+// 0.955 on one, 0.94 with the slab in L2 (twenty-sixth round).
 HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const AttentionTask& t,
                                           std::int64_t max_lim, std::int64_t cols,
                                           const DecRows<float>& k, AttentionWork& w) {
@@ -468,36 +472,43 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
       (nkv == 1 && p.key_layout != KeyLayout::kPaged)) {
     return 0;
   }
+  // Four rows a kv head, the kv heads' rows one after another (their q
+  // and score rows are stepped, not looked up per group).
+  const std::int64_t r0 = DecRowsOfKvHead(p, t, t.kvh).begin;
   for (std::int64_t kv = t.kvh; kv <= kv1; ++kv) {
     const DecRowRange rr = DecRowsOfKvHead(p, t, kv);
-    if (rr.end - rr.begin != 4) return 0;
+    if (rr.end - rr.begin != 4 || rr.begin != r0 + 4 * (kv - t.kvh)) return 0;
   }
   const std::int64_t st = p.k_stride[2], last = k.avail - 1, whole = max_lim / kN * kN;
-  const float* HWY_RESTRICT q0 = w.q.get();
-  float* HWY_RESTRICT s0 = w.s.get();
+  const std::int64_t step = k.kv_step;
+  // Outside a paged cache (slabs) the rows are at[c] = at[0] + c * st (no
+  // key mask here): every group is at one stride.
+  const bool paged = p.key_layout == KeyLayout::kPaged;
   std::int64_t c = 0;
   for (; c < whole; c += kN) {
     const std::int64_t a0 = k.at[c];
     bool run = true;
-    for (std::int64_t u = 1; u < kN; ++u) run = run && k.at[c + u] == a0 + u * st;
+    for (std::int64_t u = 1; paged && u < kN; ++u) run = run && k.at[c + u] == a0 + u * st;
     if (!run) break;
-    const std::int64_t next = c + kN;  // the next group's rows (clamped to the prefetch range)
-    for (std::int64_t kv = 0; kv < nkv; ++kv) {
-      const float* HWY_RESTRICT rows = k.base + kv * k.kv_step + a0;
-      // The next place's first 8 rows: this group's next kv head, or the
-      // next group's first.
-      const float* nb = kv + 1 < nkv ? k.base + (kv + 1) * k.kv_step + a0 : nullptr;
-      const std::int64_t row0 = DecRowsOfKvHead(p, t, t.kvh + kv).begin;
-      const float* HWY_RESTRICT q = q0 + row0 * kD;
-      float* HWY_RESTRICT s = s0 + row0 * cols + c;
+    const float* HWY_RESTRICT rows = k.base + a0;
+    const float* HWY_RESTRICT q = w.q.get() + r0 * kD;
+    float* HWY_RESTRICT s = w.s.get() + r0 * cols + c;
+    // The next place's first 8 rows: this group's next kv head (rows +
+    // step on), or after the last the next group's first (clamped to the
+    // prefetch range).
+    const float* after[8];
+#pragma GCC unroll 8
+    for (std::int64_t i = 0; i < 8; ++i) after[i] = k.base + k.at[std::min(c + kN + i, last)];
+    for (std::int64_t kv = 0; kv < nkv; ++kv, rows += step, q += 4 * kD, s += 4 * cols) {
+      const bool more = kv + 1 < nkv;
 #pragma GCC unroll 4
       for (std::int64_t u = 0; u < kN; u += 4) {
 #pragma GCC unroll 4
         for (std::int64_t i = 0; i < 4; ++i) {
           const std::int64_t x = u + i + 8;  // the key 8 on, in walk order
-          const float* pr = x < kN          ? rows + x * st
-                            : nb != nullptr ? nb + (x - kN) * st
-                                            : k.base + k.at[std::min(next + x - kN, last)];
+          const float* pr = x < kN ? rows + x * st
+                            : more ? rows + step + (x - kN) * st
+                                   : after[x - kN];
           const char* pb = reinterpret_cast<const char*>(pr);
 #pragma GCC unroll 8
           for (std::int64_t b = 0; b < kD * 4; b += 64) hwy::Prefetch(pb + b);
