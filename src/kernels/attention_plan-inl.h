@@ -11,6 +11,7 @@
 #endif
 
 #include <hwy/highway.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,8 +29,19 @@ namespace HWY_NAMESPACE {
 
 // The most bytes one pass over a decode block may read when the task
 // holds several kv heads side by side (PlanBlocking cuts its key block to
-// fit): half of the smallest L2 we have run on (Zen 3, 512 KiB a core).
-constexpr std::int64_t kDecPassBytes = 256 << 10;
+// fit): half of this machine's L2 a core (sysconf; 256 KiB where it is not
+// known), within [128 KiB, 1 MiB]. Measured with the bench's paged decode
+// (8 kv heads a task, float32, d = 128): on a Zen 3 (512 KiB of L2) 64 keys
+// a block took 0.83x the time of 256; on a Zen 5 (1 MiB) 128 keys took
+// 0.98-1.02x the time of 64 on two threads and 0.93x on one, the slab
+// layout 0.97x (docs/performance-notes.md, twenty-sixth round).
+HWY_INLINE std::int64_t DecPassBytes() {
+  static const std::int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? std::clamp<std::int64_t>(l2 / 2, 128 << 10, 1 << 20) : std::int64_t{256 << 10};
+  }();
+  return bytes;
+}
 // The fewest keys of such a block: whole groups of the score pass's keys
 // (a vector of lanes) on every target.
 constexpr std::int64_t kDecMinKeys = 16;
@@ -61,7 +73,9 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
     // kv heads side by side within a key position (a paged cache, [blocks,
     // block_size, hk, d]): a task takes several whole kv heads, so that it
     // reads a position's heads together (contiguous bytes) instead of one
-    // row per hk * d elements, a TLB miss per row (0.29 of contiguous).
+    // row per hk * d elements, a TLB miss per row (0.29 of contiguous; in
+    // huge pages, a task a kv head still took 1.52-1.57x the time on a
+    // Zen 5, docs/performance-notes.md, twenty-sixth round).
     if (bl.hg == group && p.k_stride[1] < p.k_stride[2] && p.v_stride[1] < p.v_stride[2] &&
         p.k_stride[3] == 1 && p.v_stride[3] == 1 && p.key_mask == nullptr) {
       for (std::int64_t m = p.hk; m > 1; --m) {
@@ -75,7 +89,7 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   // A decode task over several kv heads side by side (a paged cache, or
   // slabs [b, len, hk, d]) walks each pass over the block kv head by kv
   // head: its key block is cut so that one pass's rows of all its heads
-  // stay within kDecPassBytes. With 256 keys of 8 heads (1 MiB of float32
+  // stay within DecPassBytes(). With 256 keys of 8 heads (1 MiB of float32
   // K, as much V) the bench's paged decode ran at 0.71 of its dense calls;
   // 64 keys took 0.83 of that time (Zen 3). Probably the lines of the
   // neighbouring heads that the hardware fetches along with each row now
@@ -83,7 +97,7 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
   if (bl.bq <= kDirectRows && bl.hg > group) {
     const std::int64_t row_bytes =
         bl.hg / group * p.d * static_cast<std::int64_t>(dtype_size(p.kv_dtype));
-    const std::int64_t fit = kDecPassBytes / std::max<std::int64_t>(row_bytes, 1);
+    const std::int64_t fit = DecPassBytes() / std::max<std::int64_t>(row_bytes, 1);
     block_k =
         std::min(block_k, std::max<std::int64_t>(kDecMinKeys, fit / kDecMinKeys * kDecMinKeys));
   }

@@ -267,8 +267,9 @@ TEST(AttentionKvcache, LongCachesHeadDimension128AndChunks) {
 }
 
 // A decode task holds every kv head of a key position (their rows side by
-// side) and walks keys in blocks cut to its heads' bytes (64 keys of
-// float32 rows for 8 heads of d = 128, 128 of 16-bit ones): sequences over
+// side) and walks keys in blocks cut to its heads' bytes and the machine's
+// L2 (for 8 heads of d = 128: 64 keys of float32 rows with 512 KiB of L2,
+// 128 with 1 MiB, at most 256; twice as many 16-bit ones): sequences over
 // several such blocks and a partial last one, pages across block edges.
 // On AVX-512 (float32, four query rows a kv head) a group of 16 keys within
 // one page is read by stride (DecScoresRunTiles); with pages of 24 keys
@@ -280,7 +281,7 @@ TEST(AttentionKvcache, DecodeOverManyKvHeadsInShortKeyBlocks) {
   for (std::int64_t bs : {16, 24, 7, 0}) {
     for (DType kvt : {DType::kFloat32, DType::kBFloat16}) {
       CacheCase cc;
-      cc.lens = {300, 129, 64, 2};
+      cc.lens = {1100, 300, 129, 64, 2};
       cc.h = 32, cc.hk = 8, cc.d = 128, cc.block_size = bs, cc.bias = 1;
       cc.kvt = kvt;
       cc.seed = seed++;
