@@ -600,12 +600,14 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const Atte
 #endif
 
 // S = (scale q) K^T for every row of the task over the block's first
-// max_lim keys (on AVX-512 the common dense cases go to DecScoresDenseTile
-// and DecScoresDenseRow first, for whole groups of N keys): N keys at a
-// time for each kv head's rows (so a group's K
-// rows, all heads of a key position side by side in a paged cache, are
-// read from memory once and by the other rows from L1). Columns past
-// max_lim up to a whole vector get the scores of key 0 (masked later).
+// max_lim keys (on AVX-512 the common cases go first, for whole groups of
+// N keys: DecScoresDenseTile for four rows of one kv head in a dense
+// cache, DecScoresRunTiles for four rows a kv head over several kv heads
+// side by side or a paged cache, DecScoresDenseRow for one row): N keys at
+// a time for each kv head's rows (so a group's K rows, all heads of a key
+// position side by side in a paged cache, are read from memory once and by
+// the other rows from L1). Columns past max_lim up to a whole vector get
+// the scores of key 0 (masked later).
 template <typename TK>
 void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t max_lim,
                std::int64_t cols, const DecRows<TK>& k, AttentionWork& w) {
