@@ -153,14 +153,15 @@ HWY_INLINE VF DecLoadHeld(DF df, const float* p) {
 // of its lines in flight (docs/performance-notes.md, fourteenth round).
 template <typename TK>
 HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                              const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s) {
+                              const TK* const* kr, const TK* const* pf, bool to_l2,
+                              float* HWY_RESTRICT s) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   VF acc[kDecLanes];
   for (auto& a : acc) a = hn::Zero(df);
   const std::int64_t whole = d - d % n;
   // The prefetches go with the first chunk's loads, key by key.
   const auto prefetch = [&](std::size_t u) {
-    DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
+    DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)), to_l2);
   };
   // Vectors [x, x + V n) of every key row, q's in registers.
   const auto chunk = [&](auto vecs_tag, std::int64_t x) {
@@ -233,12 +234,12 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
         VF a[C];
 #pragma GCC unroll 16
         for (int v = 0; v < C; ++v) {
-          if (pfr != nullptr && v % kPer == 0) hwy::Prefetch(pfr + v * kVecBytes);
+          if (pfr != nullptr && v % kPer == 0) DecPrefetchLine(pfr + v * kVecBytes, to_l2);
           a[v] = hn::Mul(qvec(v), LoadWide(df, row + v * n));
         }
 #pragma GCC unroll 16
         for (int v = C; v < W; ++v) {
-          if (pfr != nullptr && v % kPer == 0) hwy::Prefetch(pfr + v * kVecBytes);
+          if (pfr != nullptr && v % kPer == 0) DecPrefetchLine(pfr + v * kVecBytes, to_l2);
           a[v % C] = hn::MulAdd(qvec(v), LoadWide(df, row + v * n), a[v % C]);
         }
         if constexpr (C == 4) {
@@ -254,19 +255,19 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       fixed(std::integral_constant<int, 8>());
     } else {
 #pragma GCC unroll 16
-    for (std::size_t u = 0; u < kDecLanes; ++u) {
-      if (pf != nullptr) prefetch(u);
-      const TK* HWY_RESTRICT row = kr[u];
-      VF a0 = hn::Mul(hn::LoadU(df, q), LoadWide(df, row));
-      VF a1 = hn::Zero(df);
-      std::int64_t y = n;
-      for (; y + 2 * n <= whole; y += 2 * n) {
-        a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
-        a0 = hn::MulAdd(hn::LoadU(df, q + y + n), LoadWide(df, row + y + n), a0);
+      for (std::size_t u = 0; u < kDecLanes; ++u) {
+        if (pf != nullptr) prefetch(u);
+        const TK* HWY_RESTRICT row = kr[u];
+        VF a0 = hn::Mul(hn::LoadU(df, q), LoadWide(df, row));
+        VF a1 = hn::Zero(df);
+        std::int64_t y = n;
+        for (; y + 2 * n <= whole; y += 2 * n) {
+          a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
+          a0 = hn::MulAdd(hn::LoadU(df, q + y + n), LoadWide(df, row + y + n), a0);
+        }
+        if (y < whole) a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
+        acc[u] = hn::Add(a0, a1);
       }
-      if (y < whole) a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
-      acc[u] = hn::Add(a0, a1);
-    }
     }
   } else {
     std::int64_t x = 0;
@@ -300,14 +301,14 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
 // the time on a Zen 5.
 template <int R, typename TK>
 HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
-                             const TK* const* kr, const TK* const* pf, float* HWY_RESTRICT s,
-                             std::int64_t lds) {
+                             const TK* const* kr, const TK* const* pf, bool to_l2,
+                             float* HWY_RESTRICT s, std::int64_t lds) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::size_t kKeys = kDecLanes / R;
   static_assert(R > 1 && kKeys * R == kDecLanes, "R > 1 divides the lanes");
   if (pf != nullptr) {
     for (std::size_t u = 0; u < kKeys; ++u) {
-      DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)));
+      DecPrefetchRow(pf[u], d * static_cast<std::int64_t>(sizeof(TK)), to_l2);
     }
   }
   const std::int64_t whole = d - d % n;
@@ -365,6 +366,12 @@ HWY_INLINE bool DecStrideRows(const AttentionParams& p, const AttentionTask& t, 
 // The 4 x 4 score tile of DecScoresDenseTile: query rows q (stride 128) by
 // the key rows r, r + st, r + 2 st, r + 3 st (float32, d = 128) into s
 // (row stride cols), 16 sums over the rows' 8 vectors, fully unrolled.
+// GCC 12 takes the undefined pass-through operand of its shuffle and
+// extract intrinsics (_mm512_undefined_ps) for an uninitialised read once
+// the tile is inlined into a lambda (-Wmaybe-uninitialized, an error with
+// POSBIAS_WERROR): off here, as Highway turns it off around its own ops.
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
                             std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols) {
   constexpr std::int64_t kD = 128;
@@ -402,6 +409,7 @@ HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY
   _mm_storeu_ps(s + 2 * cols, _mm512_extractf32x4_ps(out, 2));
   _mm_storeu_ps(s + 3 * cols, _mm512_extractf32x4_ps(out, 3));
 }
+HWY_DIAGNOSTICS(pop)
 
 // The grouped-query score pass of AVX-512 for its common case, written out:
 // four query rows of one kv head, float32 rows of d = 128 (8 vectors) at a
@@ -435,15 +443,18 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
   float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
   const std::int64_t last = k.avail - 1, whole = max_lim / 16 * 16;
-  for (std::int64_t c = 0; c < whole; c += 4) {
+  DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
+    for (std::int64_t c = 0; c < whole; c += 4) {
 #pragma GCC unroll 4
-    for (std::int64_t u = 0; u < 4; ++u) {
-      const char* pr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+      for (std::int64_t u = 0; u < 4; ++u) {
+        const char* pr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
 #pragma GCC unroll 8
-      for (std::int64_t b = 0; b < kD * 4; b += 64) hwy::Prefetch(pr + b);
+        for (std::int64_t b = 0; b < kD * 4; b += 64)
+          DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
+      }
+      DecQ4K4Tile(df, q, base + c * st, st, s + c, cols);
     }
-    DecQ4K4Tile(df, q, base + c * st, st, s + c, cols);
-  }
+  });
   return whole;
 }
 
@@ -451,10 +462,10 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
 // cache [blocks, block_size, hk, d], or slabs [b, j, hk, d]): each group of
 // 16 keys whose rows lie at one stride (within one page) is read kv head
 // by kv head, four keys at a time, as the general loop walks it; the rows
-// `ahead` (8) keys on in that walk are prefetched, the keys 8-15 of the
-// same kv head or 0-7 of the next place (the next kv head, or the next
-// group's first). Stops at the first group that is not at one stride (the
-// caller's general loop goes on from there); returns where it stopped.
+// `ahead` (1 to 16: 8 on AMD, 6 on Intel) keys on in that walk are
+// prefetched, the group's later keys of the same kv head or the first of
+// the next place (the next kv head, or the next group's first). Stops at the first group that is
+// not at one stride (the caller's general loop goes on from there); returns where it stopped.
 // Against the general tiles, the bench's paged decode (8 kv heads a task,
 // pages of 16 keys) took 0.898-0.906x the time from memory on two threads
 // and 0.924 on one (Zen 5, alternated scratch builds; the dense
@@ -468,7 +479,7 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
                                           const DecRows<float>& k, AttentionWork& w) {
   constexpr std::int64_t kD = 128, kN = 16;
   const std::int64_t kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
-  if (p.d != kD || !t.k_direct || p.key_mask != nullptr || k.ahead != 8 ||
+  if (p.d != kD || !t.k_direct || p.key_mask != nullptr || k.ahead < 1 || k.ahead > kN ||
       (nkv == 1 && p.key_layout != KeyLayout::kPaged)) {
     return 0;
   }
@@ -484,40 +495,43 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
   // Outside a paged cache (slabs) the rows are at[c] = at[0] + c * st (no
   // key mask here): every group is at one stride.
   const bool paged = p.key_layout == KeyLayout::kPaged;
-  std::int64_t c = 0;
-  for (; c < whole; c += kN) {
-    const std::int64_t a0 = k.at[c];
-    bool run = true;
-    for (std::int64_t u = 1; paged && u < kN; ++u) run = run && k.at[c + u] == a0 + u * st;
-    if (!run) break;
-    const float* HWY_RESTRICT rows = k.base + a0;
-    const float* HWY_RESTRICT q = w.q.get() + r0 * kD;
-    float* HWY_RESTRICT s = w.s.get() + r0 * cols + c;
-    // The next place's first 8 rows: this group's next kv head (rows +
-    // step on), or after the last the next group's first (clamped to the
-    // prefetch range).
-    const float* after[8];
-#pragma GCC unroll 8
-    for (std::int64_t i = 0; i < 8; ++i) after[i] = k.base + k.at[std::min(c + kN + i, last)];
-    for (std::int64_t kv = 0; kv < nkv; ++kv, rows += step, q += 4 * kD, s += 4 * cols) {
-      const bool more = kv + 1 < nkv;
+  return DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
+    std::int64_t c = 0;
+    for (; c < whole; c += kN) {
+      const std::int64_t a0 = k.at[c];
+      bool run = true;
+      for (std::int64_t u = 1; paged && u < kN; ++u) run = run && k.at[c + u] == a0 + u * st;
+      if (!run) break;
+      const float* HWY_RESTRICT rows = k.base + a0;
+      const float* HWY_RESTRICT q = w.q.get() + r0 * kD;
+      float* HWY_RESTRICT s = w.s.get() + r0 * cols + c;
+      // The next place's first `ahead` rows: this group's next kv head
+      // (rows + step on), or after the last the next group's first (clamped
+      // to the prefetch range).
+      const float* after[kN];
+      for (std::int64_t i = 0; i < k.ahead; ++i)
+        after[i] = k.base + k.at[std::min(c + kN + i, last)];
+      for (std::int64_t kv = 0; kv < nkv; ++kv, rows += step, q += 4 * kD, s += 4 * cols) {
+        const bool more = kv + 1 < nkv;
 #pragma GCC unroll 4
-      for (std::int64_t u = 0; u < kN; u += 4) {
+        for (std::int64_t u = 0; u < kN; u += 4) {
 #pragma GCC unroll 4
-        for (std::int64_t i = 0; i < 4; ++i) {
-          const std::int64_t x = u + i + 8;  // the key 8 on, in walk order
-          const float* pr = x < kN ? rows + x * st
-                            : more ? rows + step + (x - kN) * st
-                                   : after[x - kN];
-          const char* pb = reinterpret_cast<const char*>(pr);
+          for (std::int64_t i = 0; i < 4; ++i) {
+            const std::int64_t x = u + i + k.ahead;  // the key `ahead` on, in walk order
+            const float* pr = x < kN ? rows + x * st
+                              : more ? rows + step + (x - kN) * st
+                                     : after[x - kN];
+            const char* pb = reinterpret_cast<const char*>(pr);
 #pragma GCC unroll 8
-          for (std::int64_t b = 0; b < kD * 4; b += 64) hwy::Prefetch(pb + b);
+            for (std::int64_t b = 0; b < kD * 4; b += 64)
+              DecPrefetchLineT<decltype(l2_tag)::value>(pb + b);
+          }
+          DecQ4K4Tile(df, q, rows + u * st, st, s + u, cols);
         }
-        DecQ4K4Tile(df, q, rows + u * st, st, s + u, cols);
       }
     }
-  }
-  return c;
+    return c;
+  });
 }
 
 // The one-row score pass (multi-head decode: one query head per kv head)
@@ -551,33 +565,36 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
     for (int x = 0; x < 8; ++x) qh[x] = DecLoadHeld(df, q + x * n);
   }
   const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
-  for (std::int64_t c = 0; c < whole; c += n) {
-    VF acc[kDecLanes];
+  DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
+    for (std::int64_t c = 0; c < whole; c += n) {
+      VF acc[kDecLanes];
 #pragma GCC unroll 16
-    for (std::int64_t u = 0; u < n; ++u) {
-      const TK* HWY_RESTRICT row = base + (c + u) * st;
-      const char* pfr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
-      VF a[C];
+      for (std::int64_t u = 0; u < n; ++u) {
+        const TK* HWY_RESTRICT row = base + (c + u) * st;
+        const char* pfr =
+            reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+        VF a[C];
 #pragma GCC unroll 8
-      for (int x = 0; x < 8; ++x) {
-        if (x % kPer == 0) hwy::Prefetch(pfr + x * kVecBytes);
-        VF qv;
-        if constexpr (kF32) {
-          qv = hn::LoadU(df, q + x * n);
-        } else {
-          qv = qh[x];
+        for (int x = 0; x < 8; ++x) {
+          if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
+          VF qv;
+          if constexpr (kF32) {
+            qv = hn::LoadU(df, q + x * n);
+          } else {
+            qv = qh[x];
+          }
+          a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
+                           : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
         }
-        a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
-                         : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
+        if constexpr (C == 4) {
+          acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
+        } else {
+          acc[u] = hn::Add(a[0], a[1]);
+        }
       }
-      if constexpr (C == 4) {
-        acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
-      } else {
-        acc[u] = hn::Add(a[0], a[1]);
-      }
+      hn::Store(DecLaneSums(df, acc), df, s + c);
     }
-    hn::Store(DecLaneSums(df, acc), df, s + c);
-  }
+  });
   return whole;
 }
 #else
@@ -640,13 +657,13 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       if constexpr (kDecLanes % 4 == 0) {  // four rows (query heads) at a time
         for (; r + 4 <= rr.end; r += 4) {
           for (std::int64_t u = 0; u < n; u += n / 4) {
-            DecScoreTile<4>(df, w.q.get() + r * d, d, kr + u, ahead(r, u),
+            DecScoreTile<4>(df, w.q.get() + r * d, d, kr + u, ahead(r, u), k.to_l2,
                             w.s.get() + r * cols + c + u, cols);
           }
         }
       }
       for (; r < rr.end; ++r) {
-        DecScoreLanes(df, w.q.get() + r * d, d, kr, ahead(r, 0), w.s.get() + r * cols + c);
+        DecScoreLanes(df, w.q.get() + r * d, d, kr, ahead(r, 0), k.to_l2, w.s.get() + r * cols + c);
       }
     }
   }
@@ -658,16 +675,15 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
   std::int64_t* k_at = w.k_at.data();
   std::int64_t* v_at = w.v_at.data();
   if (t.k_direct) {
-    DecScores(df, p, t, max_lim, cols, DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w),
-              w);
+    DecScores(df, p, t, max_lim, cols,
+              DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w), w);
   } else {
     DecScores(df, p, t, max_lim, cols,
               DecBlockRows<T, float>(p, t, c0, max_lim, false, k_at, w.kt.get(), w), w);
   }
   SoftmaxBlock(df, p, t, c0, cols, w);
   if (t.v_direct) {
-    DecValues(df, p, t, dp, cols, DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w),
-              w);
+    DecValues(df, p, t, dp, cols, DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w), w);
   } else {
     DecValues(df, p, t, dp, cols,
               DecBlockRows<T, float>(p, t, c0, max_lim, true, v_at, w.v.get(), w), w);

@@ -1,9 +1,9 @@
 // Internal, per instruction set: where the direct (decode) path reads a key
 // block's K and V rows (attention_decode-inl.h): each row's element offset,
 // one page run after another in a paged cache (a page's base computed once),
-// and the rows a pass prefetches about kDecAheadBytes ahead of the one it
-// reads (the hardware's prefetchers start again at every page).
-// Per-target include guard (Highway's toggle idiom).
+// and the rows a pass prefetches ahead of the one it reads, as far and into
+// the cache that kernels/decode_prefetch.h chose for this CPU (the hardware's prefetchers start
+// again at every page). Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
 #undef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
@@ -13,6 +13,9 @@
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstddef>
@@ -21,6 +24,7 @@
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_task-inl.h"
+#include "kernels/decode_prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -35,15 +39,46 @@ constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
 // float16 rows (d = 128) is one page, so every group began with its loads
 // waiting for memory (perf: a third of the score pass's samples on the
 // first key of each group). Both passes prefetch the rows about
-// kDecAheadBytes ahead of the one they read (at least one key, at most
-// kDecMaxAhead keys, attention_task-inl.h).
-constexpr std::int64_t kDecAheadBytes = 4096;
+// decode_prefetch().ahead_bytes ahead of the one they read (at least one
+// key, at most kDecMaxAhead keys, attention_task-inl.h), into L1 or L2 as
+// this CPU reads fastest (kernels/decode_prefetch.h).
+
+// One line at p, into L2 (PREFETCHT1) or L1 (PREFETCHT0).
+template <bool kToL2>
+HWY_INLINE void DecPrefetchLineT(const void* p) {
+  if constexpr (kToL2) {
+#if HWY_ARCH_X86
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+#else
+    __builtin_prefetch(p, 0, 2);
+#endif
+  } else {
+    hwy::Prefetch(p);
+  }
+}
+
+// The same, the cache chosen at run time (a branch the core predicts).
+HWY_INLINE void DecPrefetchLine(const void* p, bool to_l2) {
+  if (to_l2) {
+    DecPrefetchLineT<true>(p);
+  } else {
+    DecPrefetchLineT<false>(p);
+  }
+}
+
+// f(std::true_type()) where the prefetches go to L2, else
+// f(std::false_type()): for the specialised score tiles, whose unrolled
+// bursts of prefetches then carry no branch.
+template <class F>
+HWY_INLINE auto DecWithPrefetchCache(bool to_l2, const F& f) {
+  return to_l2 ? f(std::true_type()) : f(std::false_type());
+}
 
 // Every cache line of the row's bytes [row, row + bytes).
-HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes) {
+HWY_INLINE void DecPrefetchRow(const void* row, std::int64_t bytes, bool to_l2) {
   const char* b = static_cast<const char*>(row);
 #pragma GCC unroll 8
-  for (std::int64_t x = 0; x < bytes; x += 64) hwy::Prefetch(b + x);
+  for (std::int64_t x = 0; x < bytes; x += 64) DecPrefetchLine(b + x, to_l2);
 }
 
 // The rows [begin, end) of the task that belong to kv head kv (query heads
@@ -107,6 +142,7 @@ struct DecRows {
   const std::int64_t* at;
   std::int64_t kv_step;  // elements between the rows of two kv heads
   std::int64_t ahead = 0, avail = 0;
+  bool to_l2 = false;  // the prefetches go to L2 (decode_prefetch())
 
   // The value pass walks one kv head's keys in order: while reading key c
   // of the kv head at b, key c + ahead's row.
@@ -147,7 +183,7 @@ struct DecRows {
 
 // Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
 // more of the sequence's keys; the passes prefetch the row they will read
-// about kDecAheadBytes later (at least one row ahead, at most
+// about decode_prefetch().ahead_bytes later (at least one row ahead, at most
 // kDecMaxAhead - N so that the key pass's target, up to a group of N keys
 // further, stays among them).
 template <typename T>
@@ -159,15 +195,17 @@ DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std:
   DecRowOffsets(p, t, c0, max_lim, extra, values, at, w);
   DecRows<T> rows{static_cast<const T*>(values ? p.v : p.k), at,
                   (values ? p.v_stride : p.k_stride)[1]};
-  rows.ahead = std::clamp<std::int64_t>((kDecAheadBytes + row_bytes - 1) / row_bytes, 1,
+  const DecodePrefetch& pf = decode_prefetch();
+  rows.ahead = std::clamp<std::int64_t>((pf.ahead_bytes + row_bytes - 1) / row_bytes, 1,
                                         kDecMaxAhead - static_cast<std::int64_t>(kDecLanes));
+  rows.to_l2 = pf.to_l2;
   rows.avail = max_lim + extra;
   return rows;
 }
 
 // The block's rows as the kernels read them: in place in their dtype T
 // (TRead = T, buf null) when a row's elements are contiguous, with the
-// rows about kDecAheadBytes ahead to prefetch (up to the sequence's last
+// rows about decode_prefetch().ahead_bytes ahead to prefetch (up to the sequence's last
 // key); else converted to float32 rows in buf (TRead = float).
 template <typename T, typename TRead>
 DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,

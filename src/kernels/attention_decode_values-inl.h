@@ -150,7 +150,7 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
       DecPVChunk<RB, decltype(vw_tag)::value, TV>(
           df, pw + c0, ldp, c1 - c0, [&](std::int64_t g) { return base + at[c0 + g]; },
           [&](std::int64_t g) {
-            if (prefetch) DecPrefetchRow(pf->Ahead(base, c_first + c0 + g), row_bytes);
+            if (prefetch) DecPrefetchRow(pf->Ahead(base, c_first + c0 + g), row_bytes, pf->to_l2);
           },
           x, o, dp);
     });
@@ -205,7 +205,7 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
       const TV* rows[kGroup];
       for (std::int64_t g = 0; g < kGroup; ++g) {
         rows[g] = base + at[c + g];
-        if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes);
+        if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes, pf->to_l2);
       }
       columns([&](auto vw_tag, std::int64_t x) {
         DecPVChunk<RB, decltype(vw_tag)::value, TV>(
@@ -258,7 +258,7 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
 #pragma GCC unroll 8
   for (int u = 0; u < 8; ++u) acc[u] = hn::LoadU(df, o + u * n);
   for (std::int64_t c = c0; c < c1; ++c) {
-    if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes);
+    if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes, v.to_l2);
     const TV* HWY_RESTRICT row = rows + c * stride;
     const VF pv = hn::Set(df, pw[c]);
 #pragma GCC unroll 8

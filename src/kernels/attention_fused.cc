@@ -69,6 +69,7 @@
 #include "kernels/attention_plan-inl.h"
 #include "kernels/attention_softmax-inl.h"
 #include "kernels/attention_task-inl.h"
+#include "kernels/decode_prefetch.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
 
@@ -578,6 +579,9 @@ void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n
 
 void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
                              std::int64_t splits) {
+  // Found here, before the threads start: a bad POSBIAS_DECODE_PREFETCH
+  // throws, and an exception must not leave a parallel region.
+  (void)decode_prefetch();
   HWY_DYNAMIC_DISPATCH(Run)(p, block_q, block_k, splits);
 }
 

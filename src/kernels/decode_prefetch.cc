@@ -1,0 +1,63 @@
+// See decode_prefetch.h.
+#include "kernels/decode_prefetch.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace posbias::detail {
+
+DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel) {
+  DecodePrefetch pf;
+  if (intel) {
+    pf.to_l2 = true;
+    pf.ahead_bytes = 3072;
+  }
+  if (override_text == nullptr || *override_text == '\0') return pf;
+  const std::string text(override_text);
+  const auto bad = [&]() {
+    return std::invalid_argument(
+        "POSBIAS_DECODE_PREFETCH must be t0:BYTES or t1:BYTES with 64 <= BYTES <= 32768, got '" +
+        text + "'");
+  };
+  if (text.size() < 4 || text.size() > 8 || text[0] != 't' || (text[1] != '0' && text[1] != '1') ||
+      text[2] != ':') {
+    throw bad();
+  }
+  std::int64_t bytes = 0;
+  for (std::size_t x = 3; x < text.size(); ++x) {
+    if (text[x] < '0' || text[x] > '9') throw bad();
+    bytes = bytes * 10 + (text[x] - '0');  // at most 5 digits: no overflow
+  }
+  if (bytes < 64 || bytes > 32768) throw bad();
+  pf.to_l2 = text[1] == '1';
+  pf.ahead_bytes = bytes;
+  return pf;
+}
+
+bool cpu_is_intel() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+#else
+  return false;
+#endif
+}
+
+const DecodePrefetch& decode_prefetch() {
+  static const DecodePrefetch pf =
+      parse_decode_prefetch(std::getenv("POSBIAS_DECODE_PREFETCH"), cpu_is_intel());
+  return pf;
+}
+
+}  // namespace posbias::detail

@@ -1,0 +1,50 @@
+// Internal: how the decode passes (attention_decode*-inl.h) prefetch the
+// K and V rows they will read, per CPU. Not installed.
+//
+// A decode pass reads each row once, from memory, and prefetches in
+// software the row it will read about `ahead_bytes` later in its own walk
+// (the hardware's stream prefetchers start again at every 4 KiB page). How
+// far, and into which cache, is a property of the core, measured on each
+// (docs/performance-notes.md, twenty-seventh round):
+//
+//   - AMD (Zen 3, Zen 5): PREFETCHT0 (into L1) 4 KiB ahead. Shorter and
+//     longer distances, and PREFETCHT1 at 4 and 8 KiB, measured the same
+//     or slower there.
+//   - Intel (a Sapphire Rapids class Xeon): PREFETCHT1 (into L2) 3 KiB
+//     ahead. At PREFETCHT0 4 KiB its grouped-query decode read 0.74-0.76
+//     of a plain read of the same bytes; at PREFETCHT1 3 KiB, 0.92-0.96
+//     (and at PREFETCHT1 4 KiB 0.77: a page ahead is what hurts there).
+//
+// POSBIAS_DECODE_PREFETCH=t0:BYTES or t1:BYTES (64 <= BYTES <= 32768)
+// overrides the choice for the process, to measure a new CPU without a
+// rebuild (scripts/alternate.py runs two settings in turn).
+#ifndef POSBIAS_SRC_KERNELS_DECODE_PREFETCH_H_
+#define POSBIAS_SRC_KERNELS_DECODE_PREFETCH_H_
+
+#include <cstdint>
+
+namespace posbias::detail {
+
+struct DecodePrefetch {
+  bool to_l2 = false;               // PREFETCHT1 rather than PREFETCHT0
+  std::int64_t ahead_bytes = 4096;  // how far ahead in the pass's walk
+};
+
+// The setting for a CPU (intel: its vendor is GenuineIntel) and an
+// override text (null or empty: none). Throws std::invalid_argument, with
+// the text, for an override not of the form t0:BYTES or t1:BYTES with
+// 64 <= BYTES <= 32768.
+DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel);
+
+// Whether this CPU's vendor is GenuineIntel (false off x86).
+bool cpu_is_intel();
+
+// This process's setting: parse_decode_prefetch of POSBIAS_DECODE_PREFETCH
+// and this CPU, found on the first call (which throws what the parse
+// throws, and so does every call while the variable is bad). Callers take
+// it before their parallel region (an exception must not leave one).
+const DecodePrefetch& decode_prefetch();
+
+}  // namespace posbias::detail
+
+#endif  // POSBIAS_SRC_KERNELS_DECODE_PREFETCH_H_
