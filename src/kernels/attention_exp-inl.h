@@ -35,18 +35,48 @@ namespace hn = hwy::HWY_NAMESPACE;
 // lanes, n K + j = round(x K / ln2) (the rounding by adding 1.5 2^23, whose
 // low bits are then n K + j), |r| <= ln2 / 2K in two FMA steps (ln2 / K
 // split so that the product is exact); 2^(j / K) comes from a table held in
-// one register (a lane permute), its exponent raised by n with an integer
-// add, and e^r = 1 + r + r^2/2 + ... to r^3 (K = 16) or r^4 (K = 8),
+// one register (a lane permute on x86 indexed by kn's bits as they are: it
+// reads their low bits, j), its exponent raised by n with an integer add
+// (the table's entries less j's shifted bits, so that no mask clears them),
+// and e^r = 1 + r + r^2/2 + ... to r^3 (K = 16) or r^4 (K = 8),
 // truncation below 1e-8 relative, the 1 added by the last FMA
 // (2^(j/K) + 2^(j/K) (e^r - 1)). Seven FMA-pipe operations where the
 // polynomial to r^7 without a table took eleven (a sixth of the prefill's
-// softmax tile). Within 2 ulp of exp.
+// softmax tile), and 11 vector operations in all (13 with the two masks
+// before the permute and the add). Within 2 ulp of exp.
 //
 // Narrower vectors keep the table-free form: n = round(x / ln2) (the
 // rounding by adding 1.5 2^23 + 127, whose low bits are then n + 127:
 // shifted into the exponent field they are 2^n), |r| <= ln2 / 2, and e^r by
 // its Taylor series to r^7 (truncation below 6e-9 relative).
 //
+// Lane i of the result: table lane (bits_i mod lanes), for 8 or 16 lanes.
+// x86's vpermd reads the index's low 3 or 4 bits only, so kn's bits go in
+// as they are (Highway's TableLookupLanes wants indices below the lane
+// count: one mask more). GCC 12 takes the intrinsics' undefined
+// pass-through operand for an uninitialised read once inlined
+// (-Wmaybe-uninitialized, an error with POSBIAS_WERROR): off here, as
+// Highway turns it off around its own ops.
+HWY_DIAGNOSTICS(push)
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+template <class DI, class VI = hn::Vec<DI>>
+HWY_INLINE VI ExpTableEntry(DI di, VI table, VI bits) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  (void)di;
+  if constexpr (hn::MaxLanes(DI()) == 16) {
+#if HWY_TARGET <= HWY_AVX3
+    return VI{_mm512_permutexvar_epi32(bits.raw, table.raw)};
+#endif
+  } else {
+    return VI{_mm256_permutevar8x32_epi32(table.raw, bits.raw)};
+  }
+#else
+  return hn::TableLookupLanes(
+      table, hn::IndicesFromVec(di, hn::And(bits, hn::Set(di, hn::MaxLanes(DI()) - 1))));
+#endif
+}
+HWY_DIAGNOSTICS(pop)
+
 // e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpInRange(D df, V x) {
@@ -54,14 +84,6 @@ HWY_INLINE V ExpInRange(D df, V x) {
   constexpr std::size_t kLanes = hn::MaxLanes(D());
   if constexpr (kLanes == 8 || kLanes == 16) {
     constexpr float kK = static_cast<float>(kLanes);
-    // 2^(j / 16) and 2^(j / 8), rounded to float.
-    alignas(64) static constexpr float kExp2Sixteenths[16] = {
-        1.0f,        1.04427373f, 1.09050775f, 1.13878858f, 1.18920708f, 1.24185777f,
-        1.29683959f, 1.35425556f, 1.41421354f, 1.47682619f, 1.54221082f, 1.61049032f,
-        1.68179286f, 1.75625217f, 1.8340081f,  1.91520655f};
-    alignas(32) static constexpr float kExp2Eighths[8] = {1.0f,        1.09050775f, 1.18920708f,
-                                                          1.29683959f, 1.41421354f, 1.54221082f,
-                                                          1.68179286f, 1.8340081f};
     const V magic = hn::Set(df, 12582912.0f);  // 1.5 * 2^23
     const V kn = hn::MulAdd(x, hn::Set(df, kK * 1.44269504088896341f), magic);
     const V nf = hn::Sub(kn, magic);
@@ -71,12 +93,24 @@ HWY_INLINE V ExpInRange(D df, V x) {
     // the table entry; shifted so that n lands in the exponent field (the
     // magic's bits leave the word), they raise it to 2^n 2^(j / K).
     const auto bits = hn::BitCast(di, kn);
-    const auto idx = hn::IndicesFromVec(df, hn::And(bits, hn::Set(di, kLanes - 1)));
-    const V table = hn::Load(df, kLanes == 16 ? kExp2Sixteenths : kExp2Eighths);
     constexpr int kShift = kLanes == 16 ? 19 : 20;  // 23 - log2(K)
-    const auto exponent = hn::And(hn::ShiftLeft<kShift>(bits), hn::Set(di, -8388608));  // ~0x7FFFFF
-    const V scale =
-        hn::BitCast(df, hn::Add(hn::BitCast(di, hn::TableLookupLanes(table, idx)), exponent));
+    // bits << kShift is n << 23 plus j << kShift: the table holds the
+    // bits of 2^(j / K) (rounded to float) less j << kShift, so one
+    // integer add leaves 2^(j / K) 2^n (no mask of j's bits).
+    alignas(64) static constexpr std::int32_t kTableLessJ16[16] = {
+        0x3F800000 - (0 << 19),  0x3F85AAC3 - (1 << 19),  0x3F8B95C2 - (2 << 19),
+        0x3F91C3D3 - (3 << 19),  0x3F9837F0 - (4 << 19),  0x3F9EF532 - (5 << 19),
+        0x3FA5FED7 - (6 << 19),  0x3FAD583F - (7 << 19),  0x3FB504F3 - (8 << 19),
+        0x3FBD08A4 - (9 << 19),  0x3FC5672A - (10 << 19), 0x3FCE248C - (11 << 19),
+        0x3FD744FD - (12 << 19), 0x3FE0CCDF - (13 << 19), 0x3FEAC0C7 - (14 << 19),
+        0x3FF5257D - (15 << 19)};
+    alignas(32) static constexpr std::int32_t kTableLessJ8[8] = {
+        0x3F800000 - (0 << 20), 0x3F8B95C2 - (1 << 20), 0x3F9837F0 - (2 << 20),
+        0x3FA5FED7 - (3 << 20), 0x3FB504F3 - (4 << 20), 0x3FC5672A - (5 << 20),
+        0x3FD744FD - (6 << 20), 0x3FEAC0C7 - (7 << 20)};
+    const auto table = hn::Load(di, kLanes == 16 ? kTableLessJ16 : kTableLessJ8);
+    const auto entry = ExpTableEntry(di, table, bits);
+    const V scale = hn::BitCast(df, hn::Add(entry, hn::ShiftLeft<kShift>(bits)));
     // e^r - 1 = r (1 + r / 2 + r^2 / 6 [+ r^3 / 24]).
     V e = hn::Set(df, 1.0f / 6.0f);
     if constexpr (kLanes == 8) e = hn::MulAdd(hn::Set(df, 1.0f / 24.0f), r, e);
