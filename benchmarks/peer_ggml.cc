@@ -56,10 +56,11 @@ struct GgmlPeer::Api {
   ggml::Backend* (*cpu_init)() = nullptr;
   void (*cpu_set_n_threads)(ggml::Backend*, int) = nullptr;
 
-  ~Api() {
-    if (cpu != nullptr) dlclose(cpu);
-    if (base != nullptr) dlclose(base);
-  }
+  // The libraries stay loaded until the process ends (no dlclose, here or
+  // in best_cpu_library): ggml's CPU libraries allocate at load time and
+  // keep the pointers in their own globals, which dlclose unmaps, so that
+  // LeakSanitizer then reported those blocks as leaks (the bench's tests
+  // in the sanitizer build, after scripts/fetch-ggml.sh).
 };
 
 namespace {
@@ -101,13 +102,10 @@ void* best_cpu_library(const std::string& dir, std::string* chosen) {
     if (lib == nullptr) continue;
     auto score = reinterpret_cast<int (*)()>(dlsym(lib, "ggml_backend_score"));
     const int s = score != nullptr ? score() : 0;
-    if (s > best_score) {
-      if (best != nullptr) dlclose(best);
+    if (s > best_score) {  // the others stay loaded (see Api)
       best = lib;
       best_score = s;
       *chosen = name;
-    } else {
-      dlclose(lib);
     }
   }
   closedir(d);
