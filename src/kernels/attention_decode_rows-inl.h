@@ -142,7 +142,8 @@ struct DecRows {
   const std::int64_t* at;
   std::int64_t kv_step;  // elements between the rows of two kv heads
   std::int64_t ahead = 0, avail = 0;
-  bool to_l2 = false;  // the prefetches go to L2 (decode_prefetch())
+  bool to_l2 = false;            // the prefetches go to L2 (decode_prefetch())
+  std::int64_t value_group = 8;  // keys per group of the four-row value tile
 
   // The value pass walks one kv head's keys in order: while reading key c
   // of the kv head at b, key c + ahead's row.
@@ -199,6 +200,7 @@ DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std:
   rows.ahead = std::clamp<std::int64_t>((pf.ahead_bytes + row_bytes - 1) / row_bytes, 1,
                                         kDecMaxAhead - static_cast<std::int64_t>(kDecLanes));
   rows.to_l2 = pf.to_l2;
+  rows.value_group = pf.value_group;
   rows.avail = max_lim + extra;
   return rows;
 }

@@ -198,22 +198,37 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
     // stand-alone probe of the four-row tile's value pass read 0.65x as
     // fast (8.3 against 12.7 GB/s, one thread, Zen 3). They take
     // kDecGroupKeys (see there).
+    // Several rows with a chunk of 64 columns or more (AVX-512's
+    // four-row tile) take the group this CPU reads fastest (4 or 8 keys,
+    // decode_prefetch.h) when they read from memory (pf).
+    const auto groups = [&](auto group_tag) {
+      constexpr std::int64_t kGroup = decltype(group_tag)::value;
+      std::int64_t c = 0;
+      for (; c + kGroup <= count; c += kGroup) {
+        const TV* rows[kGroup];
+        for (std::int64_t g = 0; g < kGroup; ++g) {
+          rows[g] = base + at[c + g];
+          if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes, pf->to_l2);
+        }
+        columns([&](auto vw_tag, std::int64_t x) {
+          DecPVChunk<RB, decltype(vw_tag)::value, TV>(
+              df, pw + c, ldp, std::integral_constant<std::int64_t, kGroup>(),
+              [&](std::int64_t g) { return rows[g]; }, [](std::int64_t) {}, x, o, dp);
+        });
+      }
+      if (c < count) keys(c, count);
+    };
     constexpr std::int64_t kGroup =
         RB == 1 || VW * static_cast<int>(kDecLanes) >= 64 ? kDecPVGroup : kDecGroupKeys;
-    std::int64_t c = 0;
-    for (; c + kGroup <= count; c += kGroup) {
-      const TV* rows[kGroup];
-      for (std::int64_t g = 0; g < kGroup; ++g) {
-        rows[g] = base + at[c + g];
-        if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes, pf->to_l2);
+    if constexpr (RB > 1 && kGroup == kDecPVGroup) {
+      if (pf != nullptr && pf->value_group == 4) {
+        groups(std::integral_constant<std::int64_t, 4>());
+      } else {
+        groups(std::integral_constant<std::int64_t, kGroup>());
       }
-      columns([&](auto vw_tag, std::int64_t x) {
-        DecPVChunk<RB, decltype(vw_tag)::value, TV>(
-            df, pw + c, ldp, std::integral_constant<std::int64_t, kGroup>(),
-            [&](std::int64_t g) { return rows[g]; }, [](std::int64_t) {}, x, o, dp);
-      });
+    } else {
+      groups(std::integral_constant<std::int64_t, kGroup>());
     }
-    if (c < count) keys(c, count);
   }
   for (std::int64_t x = d - d % n; x < d; ++x) {
     for (int r = 0; r < RB; ++r) {

@@ -17,14 +17,24 @@ DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel) {
   if (intel) {
     pf.to_l2 = true;
     pf.ahead_bytes = 3072;
+    pf.value_group = 4;
   }
   if (override_text == nullptr || *override_text == '\0') return pf;
-  const std::string text(override_text);
+  const std::string whole(override_text);
   const auto bad = [&]() {
     return std::invalid_argument(
-        "POSBIAS_DECODE_PREFETCH must be t0:BYTES or t1:BYTES with 64 <= BYTES <= 32768, got '" +
-        text + "'");
+        "POSBIAS_DECODE_PREFETCH must be t0:BYTES or t1:BYTES with 64 <= BYTES <= 32768, "
+        "optionally followed by :4 or :8, got '" +
+        whole + "'");
   };
+  // An optional value group at the end (:4 or :8), after t?:BYTES.
+  std::string text = whole;
+  if (text.size() > 5 && text[text.size() - 2] == ':') {
+    const char g = text.back();
+    if (g != '4' && g != '8') throw bad();
+    pf.value_group = g - '0';
+    text.resize(text.size() - 2);
+  }
   if (text.size() < 4 || text.size() > 8 || text[0] != 't' || (text[1] != '0' && text[1] != '1') ||
       text[2] != ':') {
     throw bad();

@@ -15,9 +15,15 @@
 //     of a plain read of the same bytes; at PREFETCHT1 3 KiB, 0.92-0.96
 //     (and at PREFETCHT1 4 KiB 0.77: a page ahead is what hurts there).
 //
-// POSBIAS_DECODE_PREFETCH=t0:BYTES or t1:BYTES (64 <= BYTES <= 32768)
-// overrides the choice for the process, to measure a new CPU without a
-// rebuild (scripts/alternate.py runs two settings in turn).
+// The grouped-query value tile (four query rows of one kv head) walks its
+// keys in groups, the group's rows prefetched in one burst: 8 keys on AMD
+// (4 measured 1.02-1.18x the time on a Zen 5), 4 on Intel (0.90-0.93x the
+// time of 8 there).
+//
+// POSBIAS_DECODE_PREFETCH=t0:BYTES or t1:BYTES (64 <= BYTES <= 32768),
+// optionally :4 or :8 after it (the value group), overrides the choice for
+// the process, to measure a new CPU without a rebuild (scripts/alternate.py
+// runs two settings in turn).
 #ifndef POSBIAS_SRC_KERNELS_DECODE_PREFETCH_H_
 #define POSBIAS_SRC_KERNELS_DECODE_PREFETCH_H_
 
@@ -28,12 +34,15 @@ namespace posbias::detail {
 struct DecodePrefetch {
   bool to_l2 = false;               // PREFETCHT1 rather than PREFETCHT0
   std::int64_t ahead_bytes = 4096;  // how far ahead in the pass's walk
+  // Keys per group of the four-row value tile on AVX-512 (its prefetches
+  // go in one burst per group): 8, or 4 on Intel.
+  std::int64_t value_group = 8;
 };
 
 // The setting for a CPU (intel: its vendor is GenuineIntel) and an
 // override text (null or empty: none). Throws std::invalid_argument, with
 // the text, for an override not of the form t0:BYTES or t1:BYTES with
-// 64 <= BYTES <= 32768.
+// 64 <= BYTES <= 32768, optionally followed by :4 or :8.
 DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel);
 
 // Whether this CPU's vendor is GenuineIntel (false off x86).

@@ -21,9 +21,11 @@ TEST(DecodePrefetch, DefaultsPerVendor) {
   const DecodePrefetch amd = parse_decode_prefetch(nullptr, false);
   EXPECT_FALSE(amd.to_l2);
   EXPECT_EQ(amd.ahead_bytes, 4096);
+  EXPECT_EQ(amd.value_group, 8);
   const DecodePrefetch intel = parse_decode_prefetch(nullptr, true);
   EXPECT_TRUE(intel.to_l2);
   EXPECT_EQ(intel.ahead_bytes, 3072);
+  EXPECT_EQ(intel.value_group, 4);
   const DecodePrefetch empty = parse_decode_prefetch("", true);  // an empty variable: no override
   EXPECT_TRUE(empty.to_l2);
   EXPECT_EQ(empty.ahead_bytes, 3072);
@@ -37,11 +39,23 @@ TEST(DecodePrefetch, OverrideSetsHintAndDistance) {
   EXPECT_FALSE(b.to_l2);
   EXPECT_EQ(b.ahead_bytes, 64);
   EXPECT_EQ(parse_decode_prefetch("t0:32768", true).ahead_bytes, 32768);
+  // The value group: the CPU's unless given.
+  EXPECT_EQ(parse_decode_prefetch("t1:2048", true).value_group, 4);
+  EXPECT_EQ(parse_decode_prefetch("t1:2048", false).value_group, 8);
+  const DecodePrefetch c = parse_decode_prefetch("t1:2048:8", true);
+  EXPECT_TRUE(c.to_l2);
+  EXPECT_EQ(c.ahead_bytes, 2048);
+  EXPECT_EQ(c.value_group, 8);
+  const DecodePrefetch e = parse_decode_prefetch("t0:64:4", false);
+  EXPECT_FALSE(e.to_l2);
+  EXPECT_EQ(e.ahead_bytes, 64);
+  EXPECT_EQ(e.value_group, 4);
 }
 
 TEST(DecodePrefetch, BadOverrideNamesItself) {
   for (const char* text : {"t2:4096", "t1:63", "t1:32769", "t1:", "t1", "x1:4096", "t1-4096",
-                           "t1:12a", "t1:99999999", "T1:4096", "t1:-64", " t1:4096"}) {
+                           "t1:12a", "t1:99999999", "T1:4096", "t1:-64", " t1:4096", "t1:3072:5",
+                           "t1:3072:", "t1:3072:44", "t1::4", "t1:3072:4:4", "t1:32:4"}) {
     try {
       (void)parse_decode_prefetch(text, false);
       ADD_FAILURE() << "accepted '" << text << "'";
