@@ -27,7 +27,8 @@
 // walks a key position's heads together (contiguous bytes).
 //
 // Here: the score pass and the block step (DirectBlock). Where the rows
-// are read and prefetched: attention_decode_rows-inl.h; the value pass:
+// are read and prefetched: attention_decode_rows-inl.h; the transpose-add
+// tree of the score tiles: attention_decode_sums-inl.h; the value pass:
 // attention_decode_values-inl.h.
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -46,6 +47,7 @@
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_decode_rows-inl.h"
+#include "kernels/attention_decode_sums-inl.h"
 #include "kernels/attention_decode_values-inl.h"
 #include "kernels/attention_task-inl.h"
 
@@ -61,80 +63,6 @@ constexpr int kDecQVecs = 8;
 #else
 constexpr int kDecQVecs = 4;
 #endif
-
-// Node i of level L of the transpose-add tree over acc: level 0 is acc[i];
-// a node of level L merges nodes 2i + 1 and 2i of level L - 1 into one
-// vector of their pairwise sums (even + odd lanes), so the top node's lane
-// u is the sum of the lanes of acc[u]. Evaluated depth first, so that few
-// partial vectors are live at once: level by level, the 16 accumulators
-// of a tile went through the stack (a store and a reload each).
-#if HWY_TARGET != HWY_SCALAR
-template <int L>
-HWY_INLINE VF DecTreeNode(DF df, const VF* acc, std::size_t i) {
-  if constexpr (L == 0) {
-    (void)df;
-    return acc[i];
-  } else {
-    const VF hi = DecTreeNode<L - 1>(df, acc, 2 * i + 1);
-    const VF lo = DecTreeNode<L - 1>(df, acc, 2 * i);
-    return hn::Add(hn::ConcatEven(df, hi, lo), hn::ConcatOdd(df, hi, lo));
-  }
-}
-#endif
-
-constexpr int DecLog2(std::size_t n) { return n <= 1 ? 0 : 1 + DecLog2(n / 2); }
-
-#if HWY_TARGET != HWY_SCALAR
-// Within each 128-bit block: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
-HWY_INLINE VF DecPairSums(DF df, VF a, VF b) {
-  return hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
-}
-// Within each 128-bit block, from DecPairSums(a, b) and DecPairSums(c, e):
-// the sums of the block's lanes of a, b, c and e.
-HWY_INLINE VF DecQuadSums(DF df, VF ab, VF ce) {
-  const hn::Repartition<double, DF> dd;
-  const auto x = hn::BitCast(dd, ab), y = hn::BitCast(dd, ce);
-  return hn::Add(hn::BitCast(df, hn::InterleaveLower(dd, x, y)),
-                 hn::BitCast(df, hn::InterleaveUpper(dd, x, y)));
-}
-#endif
-
-// Lane u of the result: the sum of the lanes of acc[u] (kDecLanes vectors),
-// N - 1 merges for N sums. With 4 or 8 lanes the merges stay within the
-// 128-bit blocks (an unpack pair and an add each) and 8 lanes cross the
-// blocks once at the end (21 instructions for 8 sums); the general tree's
-// full-width even/odd merges take two lane-crossing permutes each on AVX2
-// (35 instructions, a fifth of a grouped-query score pass's samples on a
-// Zen 3).
-HWY_INLINE VF DecLaneSums(DF df, const VF* acc) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)df;
-  return acc[0];
-#else
-  if constexpr (kDecLanes == 4) {
-    return DecQuadSums(df, DecPairSums(df, acc[0], acc[1]), DecPairSums(df, acc[2], acc[3]));
-  } else if constexpr (kDecLanes == 8) {
-    const VF lo = DecQuadSums(df, DecPairSums(df, acc[0], acc[1]), DecPairSums(df, acc[2], acc[3]));
-    const VF hi = DecQuadSums(df, DecPairSums(df, acc[4], acc[5]), DecPairSums(df, acc[6], acc[7]));
-    return hn::Add(hn::ConcatLowerLower(df, hi, lo), hn::ConcatUpperUpper(df, hi, lo));
-  } else {
-    return DecTreeNode<DecLog2(kDecLanes)>(df, acc, 0);
-  }
-#endif
-}
-
-// A vector of q loaded into a register that the compiler keeps there: an
-// empty asm needs it in a register, so GCC cannot fold the load into each
-// FMA that uses it as a memory operand (one load per use). GCC only:
-// clang rejects the operand ("tied indirect register inputs"), and there
-// it is a plain load.
-HWY_INLINE VF DecLoadHeld(DF df, const float* p) {
-  VF v = hn::LoadU(df, p);
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL
-  asm("" : "+x"(v.raw));
-#endif
-  return v;
-}
 
 // The scores of one query row q (float32, times scale) against the N key
 // rows kr (their dtype), stored as one vector at s (aligned).
@@ -464,8 +392,9 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
 // by kv head, four keys at a time, as the general loop walks it; the rows
 // `ahead` (1 to 16: 8 on AMD, 6 on Intel) keys on in that walk are
 // prefetched, the group's later keys of the same kv head or the first of
-// the next place (the next kv head, or the next group's first). Stops at the first group that is
-// not at one stride (the caller's general loop goes on from there); returns where it stopped.
+// the next place (the next kv head, or the next group's first). Stops at
+// the first group that is not at one stride (the caller's general loop
+// goes on from there); returns where it stopped.
 // Against the general tiles, the bench's paged decode (8 kv heads a task,
 // pages of 16 keys) took 0.898-0.906x the time from memory on two threads
 // and 0.924 on one (Zen 5, alternated scratch builds; the dense

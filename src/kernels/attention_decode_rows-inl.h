@@ -2,8 +2,9 @@
 // block's K and V rows (attention_decode-inl.h): each row's element offset,
 // one page run after another in a paged cache (a page's base computed once),
 // and the rows a pass prefetches ahead of the one it reads, as far and into
-// the cache that kernels/decode_prefetch.h chose for this CPU (the hardware's prefetchers start
-// again at every page). Per-target include guard (Highway's toggle idiom).
+// the cache that kernels/decode_prefetch.h chose for this CPU (the
+// hardware's prefetchers start again at every page).
+// Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
 #undef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_ROWS_INL_H_
@@ -207,8 +208,8 @@ DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std:
 
 // The block's rows as the kernels read them: in place in their dtype T
 // (TRead = T, buf null) when a row's elements are contiguous, with the
-// rows about decode_prefetch().ahead_bytes ahead to prefetch (up to the sequence's last
-// key); else converted to float32 rows in buf (TRead = float).
+// rows about decode_prefetch().ahead_bytes ahead to prefetch (up to the
+// sequence's last key); else converted to float32 rows in buf (TRead = float).
 template <typename T, typename TRead>
 DecRows<TRead> DecBlockRows(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                             std::int64_t max_lim, bool values, std::int64_t* at, float* buf,
