@@ -280,7 +280,7 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
   }
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // Whether DecScoresDenseTile (rows = 4) or DecScoresDenseRow (rows = 1)
 // takes a task: d = 128, K rows in place in a dense cache (key c's row at
 // k.at[0] + c * k_stride[2]), no key mask, one kv head with `rows` query
@@ -290,6 +290,9 @@ HWY_INLINE bool DecStrideRows(const AttentionParams& p, const AttentionTask& t, 
   return p.d == 128 && t.k_direct && p.key_layout != KeyLayout::kPaged && p.key_mask == nullptr &&
          DecLastKvHead(p, t) == t.kvh && rr.end - rr.begin == rows && ahead > 0;
 }
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 
 // The 4 x 4 score tile of DecScoresDenseTile: query rows q (stride 128) by
 // the key rows r, r + st, r + 2 st, r + 3 st (float32, d = 128) into s
@@ -463,16 +466,23 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
   });
 }
 
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // The one-row score pass (multi-head decode: one query head per kv head)
-// in the same terms, for rows of d = 128 in any dtype: 16 keys at a time,
-// each key's 8 vectors in four sums with q's vectors from L1 (float32) or
-// in two with q held in registers (16-bit rows, widened), the row `ahead`
-// keys on prefetched a line at a time among them, as DecScoreLanes does;
-// one transpose-add tree per 16 keys. Against DecScoreLanes (its 16 rows
-// and 16 prefetch rows looked up per group of keys): float32 decode
-// 0.86-0.89x the time from memory on two threads, 0.82 on one, 0.81 in
-// cache; float16 and bfloat16 0.97-1.0 from memory (two threads), 0.94 on
-// one, 0.84 in cache (Zen 5, alternated scratch builds).
+// in the same terms, for rows of d = 128 in any dtype: 16 keys at a time
+// on AVX-512 (8 on AVX2), each key's 8 vectors (16 on AVX2) in four sums
+// with q's vectors from L1 (float32) or in two with q held in registers
+// (16-bit rows, widened; on AVX2 the first 12 of q's 16 vectors, the rest
+// from L1), the row `ahead` keys on prefetched a line at a time among
+// them, as DecScoreLanes does; one transpose-add tree per group of keys.
+// Against DecScoreLanes (its rows and prefetch rows looked up per group
+// of keys): float32 decode 0.86-0.89x the time from memory on two
+// threads, 0.82 on one, 0.81 in cache; float16 and bfloat16 0.97-1.0 from
+// memory (two threads), 0.94 on one, 0.84 in cache (Zen 5, alternated
+// scratch builds). The AVX2 code on a Zen 1 EPYC: float32 decode 0.93 and
+// 0.96x the time, float16 0.96-0.99 (docs/performance-notes.md,
+// twenty-eighth round).
 template <typename TK>
 HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const AttentionTask& t,
                                           std::int64_t max_lim, std::int64_t cols,
@@ -489,10 +499,10 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
   const TK* HWY_RESTRICT base = k.base + k.at[0];
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
   float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
-  VF qh[kF32 ? 1 : 8];
-  if constexpr (!kF32) {
-    for (int x = 0; x < 8; ++x) qh[x] = DecLoadHeld(df, q + x * n);
-  }
+  constexpr int kV = static_cast<int>(kD / n);  // vectors a row: 8 (AVX-512), 16 (AVX2)
+  constexpr int kHeld = kF32 ? 0 : kV < 12 ? kV : 12;
+  VF qh[kHeld > 0 ? kHeld : 1];
+  for (int x = 0; x < kHeld; ++x) qh[x] = DecLoadHeld(df, q + x * n);
   const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
   DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
     for (std::int64_t c = 0; c < whole; c += n) {
@@ -503,15 +513,10 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
         const char* pfr =
             reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
         VF a[C];
-#pragma GCC unroll 8
-        for (int x = 0; x < 8; ++x) {
+#pragma GCC unroll 16
+        for (int x = 0; x < kV; ++x) {
           if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
-          VF qv;
-          if constexpr (kF32) {
-            qv = hn::LoadU(df, q + x * n);
-          } else {
-            qv = qh[x];
-          }
+          const VF qv = x < kHeld ? qh[x < kHeld ? x : 0] : hn::LoadU(df, q + x * n);
           a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
                            : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
         }
@@ -527,16 +532,18 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
   return whole;
 }
 #else
-HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const AttentionTask&,
-                                           std::int64_t, std::int64_t, const DecRows<float>&,
-                                           AttentionWork&) {
-  return 0;  // the general tiles below
-}
 template <typename TK>
 HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const AttentionTask&,
                                           std::int64_t, std::int64_t, const DecRows<TK>&,
                                           AttentionWork&) {
   return 0;
+}
+#endif
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const AttentionTask&,
+                                           std::int64_t, std::int64_t, const DecRows<float>&,
+                                           AttentionWork&) {
+  return 0;  // the general tiles below
 }
 HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const AttentionTask&,
                                           std::int64_t, std::int64_t, const DecRows<float>&,
@@ -549,7 +556,8 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const Atte
 // max_lim keys (on AVX-512 the common cases go first, for whole groups of
 // N keys: DecScoresDenseTile for four rows of one kv head in a dense
 // cache, DecScoresRunTiles for four rows a kv head over several kv heads
-// side by side or a paged cache, DecScoresDenseRow for one row): N keys at
+// side by side or a paged cache, DecScoresDenseRow for one row, the last
+// on AVX2 too): N keys at
 // a time for each kv head's rows (so a group's K rows, all heads of a key
 // position side by side in a paged cache, are read from memory once and by
 // the other rows from L1). Columns past max_lim up to a whole vector get

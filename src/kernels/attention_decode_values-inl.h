@@ -240,10 +240,11 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 }
 
 // The one-row P V tile of 16-bit value rows of d = 128 in place at a fixed
-// stride (a dense cache, no key mask) on AVX-512, written out: keys [c0,
-// c1) of the block one at a time, the 8 vectors of O in registers over
-// all of them; key c's row at base + v.at[0] + c * stride, its weight
-// pw[c]; when `prefetch`, the row `ahead` keys on before each key's loads
+// stride (a dense cache, no key mask) on AVX-512 and AVX2, written out:
+// keys [c0, c1) of the block one at a time, the 8 vectors of O (16 on
+// AVX2, two of them on the stack) in registers over all of them; key
+// c's row at base + v.at[0] + c * stride, its weight pw[c]; when
+// `prefetch`, the row `ahead` keys on before each key's loads
 // (row_bytes long, a run-time length as DecPVTile's: with the prefetch
 // loops fully unrolled, the value passes ran slower, a four-row tile's 64
 // prefetches per 8 keys 1.03x the time, float16 decode with every row's
@@ -254,8 +255,10 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 // scratch builds; DecPVTile walking them key by key instead: 0.98-1.03).
 // float32 rows stay with DecPVTile's own key-by-key walk (kRowByKey): this
 // tile took 1.05-1.2x its time (docs/performance-notes.md, twenty-fifth
-// round).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// round). On AVX2 (a Zen 1 EPYC, with the AVX2 DecScoresDenseRow) float16
+// and bfloat16 decode took 0.87 and 0.85x the time of DecPVTile's groups
+// of 8 keys with their bursts of prefetches (twenty-eighth round).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 constexpr bool kDecDenseRowValues = true;
 #else
 constexpr bool kDecDenseRowValues = false;
@@ -266,21 +269,21 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
                               std::int64_t c1, bool prefetch, std::int64_t row_bytes,
                               float* HWY_RESTRICT o) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-  static_assert(!kDecDenseRowValues || n == 16, "d = 128 is 8 vectors");
+  constexpr int kV = static_cast<int>(128 / n);  // d = 128: 8 vectors (AVX-512), 16 (AVX2)
   const TV* HWY_RESTRICT rows = base + v.at[0];
   const std::int64_t last = v.avail - 1;
-  VF acc[8];
-#pragma GCC unroll 8
-  for (int u = 0; u < 8; ++u) acc[u] = hn::LoadU(df, o + u * n);
+  VF acc[kV];
+#pragma GCC unroll 16
+  for (int u = 0; u < kV; ++u) acc[u] = hn::LoadU(df, o + u * n);
   for (std::int64_t c = c0; c < c1; ++c) {
     if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes, v.to_l2);
     const TV* HWY_RESTRICT row = rows + c * stride;
     const VF pv = hn::Set(df, pw[c]);
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; ++u) acc[u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[u]);
+#pragma GCC unroll 16
+    for (int u = 0; u < kV; ++u) acc[u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[u]);
   }
-#pragma GCC unroll 8
-  for (int u = 0; u < 8; ++u) hn::StoreU(acc[u], df, o + u * n);
+#pragma GCC unroll 16
+  for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
 }
 
 // O = alpha O + P V for every row of the task over the block's keys,
