@@ -557,11 +557,10 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const Atte
 // N keys: DecScoresDenseTile for four rows of one kv head in a dense
 // cache, DecScoresRunTiles for four rows a kv head over several kv heads
 // side by side or a paged cache, DecScoresDenseRow for one row, the last
-// on AVX2 too): N keys at
-// a time for each kv head's rows (so a group's K rows, all heads of a key
-// position side by side in a paged cache, are read from memory once and by
-// the other rows from L1). Columns past max_lim up to a whole vector get
-// the scores of key 0 (masked later).
+// on AVX2 too): N keys at a time for each kv head's rows (so a group's K
+// rows, all heads of a key position side by side in a paged cache, are
+// read from memory once and by the other rows from L1). Columns past
+// max_lim up to a whole vector get the scores of key 0 (masked later).
 template <typename TK>
 void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t max_lim,
                std::int64_t cols, const DecRows<TK>& k, AttentionWork& w) {
