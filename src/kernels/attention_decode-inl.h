@@ -290,6 +290,77 @@ HWY_INLINE bool DecStrideRows(const AttentionParams& p, const AttentionTask& t, 
   return p.d == 128 && t.k_direct && p.key_layout != KeyLayout::kPaged && p.key_mask == nullptr &&
          DecLastKvHead(p, t) == t.kvh && rr.end - rr.begin == rows && ahead > 0;
 }
+
+// The one-row score pass (multi-head decode: one query head per kv head)
+// for rows of d = 128 in any dtype, addressed by stride as
+// DecScoresDenseTile below addresses its rows: 16 keys at a time
+// on AVX-512 (8 on AVX2), each key's 8 vectors (16 on AVX2) in four sums
+// with q's vectors from L1 (float32) or in two with q held in registers
+// (16-bit rows, widened; on AVX2 the first 12 of q's 16 vectors, the rest
+// from L1), the row `ahead` keys on prefetched a line at a time among
+// them, as DecScoreLanes does; one transpose-add tree per group of keys.
+// Against DecScoreLanes (its rows and prefetch rows looked up per group
+// of keys): float32 decode 0.86-0.89x the time from memory on two
+// threads, 0.82 on one, 0.81 in cache; float16 and bfloat16 0.97-1.0 from
+// memory (two threads), 0.94 on one, 0.84 in cache (Zen 5, alternated
+// scratch builds). The AVX2 code on a Zen 1 EPYC: float32 decode 0.93 and
+// 0.96x the time, float16 0.96-0.99 (docs/performance-notes.md,
+// twenty-eighth round).
+template <typename TK>
+HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const AttentionTask& t,
+                                          std::int64_t max_lim, std::int64_t cols,
+                                          const DecRows<TK>& k, AttentionWork& w) {
+  constexpr std::int64_t kD = 128;
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
+  if (!DecStrideRows(p, t, k.ahead, rr, 1)) return 0;
+  constexpr bool kF32 = std::is_same_v<TK, float>;
+  constexpr int C = kF32 ? 4 : 2;  // independent sums per key
+  constexpr std::int64_t kVecBytes = n * static_cast<std::int64_t>(sizeof(TK));
+  constexpr std::int64_t kPer = kVecBytes >= 64 ? 1 : 64 / kVecBytes;  // vectors per line
+  const std::int64_t st = p.k_stride[2];
+  const TK* HWY_RESTRICT base = k.base + k.at[0];
+  const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
+  float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
+  constexpr int kV = kDecVecs128;
+  constexpr int kHeld = kF32 ? 0 : kV < 12 ? kV : 12;
+  VF qh[kHeld > 0 ? kHeld : 1];
+  for (int x = 0; x < kHeld; ++x) qh[x] = DecLoadHeld(df, q + x * n);
+  const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
+  DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
+    for (std::int64_t c = 0; c < whole; c += n) {
+      VF acc[kDecLanes];
+#pragma GCC unroll 16
+      for (std::int64_t u = 0; u < n; ++u) {
+        const TK* HWY_RESTRICT row = base + (c + u) * st;
+        const char* pfr =
+            reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+        VF a[C];
+#pragma GCC unroll 16
+        for (int x = 0; x < kV; ++x) {
+          if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
+          const VF qv = x < kHeld ? qh[x < kHeld ? x : 0] : hn::LoadU(df, q + x * n);
+          a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
+                           : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
+        }
+        if constexpr (C == 4) {
+          acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
+        } else {
+          acc[u] = hn::Add(a[0], a[1]);
+        }
+      }
+      hn::Store(DecLaneSums(df, acc), df, s + c);
+    }
+  });
+  return whole;
+}
+#else
+template <typename TK>
+HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const AttentionTask&,
+                                          std::int64_t, std::int64_t, const DecRows<TK>&,
+                                          AttentionWork&) {
+  return 0;
+}
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -466,80 +537,7 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
   });
 }
 
-#endif
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// The one-row score pass (multi-head decode: one query head per kv head)
-// in the same terms, for rows of d = 128 in any dtype: 16 keys at a time
-// on AVX-512 (8 on AVX2), each key's 8 vectors (16 on AVX2) in four sums
-// with q's vectors from L1 (float32) or in two with q held in registers
-// (16-bit rows, widened; on AVX2 the first 12 of q's 16 vectors, the rest
-// from L1), the row `ahead` keys on prefetched a line at a time among
-// them, as DecScoreLanes does; one transpose-add tree per group of keys.
-// Against DecScoreLanes (its rows and prefetch rows looked up per group
-// of keys): float32 decode 0.86-0.89x the time from memory on two
-// threads, 0.82 on one, 0.81 in cache; float16 and bfloat16 0.97-1.0 from
-// memory (two threads), 0.94 on one, 0.84 in cache (Zen 5, alternated
-// scratch builds). The AVX2 code on a Zen 1 EPYC: float32 decode 0.93 and
-// 0.96x the time, float16 0.96-0.99 (docs/performance-notes.md,
-// twenty-eighth round).
-template <typename TK>
-HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const AttentionTask& t,
-                                          std::int64_t max_lim, std::int64_t cols,
-                                          const DecRows<TK>& k, AttentionWork& w) {
-  constexpr std::int64_t kD = 128;
-  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-  const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
-  if (!DecStrideRows(p, t, k.ahead, rr, 1)) return 0;
-  constexpr bool kF32 = std::is_same_v<TK, float>;
-  constexpr int C = kF32 ? 4 : 2;  // independent sums per key
-  constexpr std::int64_t kVecBytes = n * static_cast<std::int64_t>(sizeof(TK));
-  constexpr std::int64_t kPer = kVecBytes >= 64 ? 1 : 64 / kVecBytes;  // vectors per line
-  const std::int64_t st = p.k_stride[2];
-  const TK* HWY_RESTRICT base = k.base + k.at[0];
-  const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
-  float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
-  constexpr int kV = static_cast<int>(kD / n);  // vectors a row: 8 (AVX-512), 16 (AVX2)
-  constexpr int kHeld = kF32 ? 0 : kV < 12 ? kV : 12;
-  VF qh[kHeld > 0 ? kHeld : 1];
-  for (int x = 0; x < kHeld; ++x) qh[x] = DecLoadHeld(df, q + x * n);
-  const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
-  DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
-    for (std::int64_t c = 0; c < whole; c += n) {
-      VF acc[kDecLanes];
-#pragma GCC unroll 16
-      for (std::int64_t u = 0; u < n; ++u) {
-        const TK* HWY_RESTRICT row = base + (c + u) * st;
-        const char* pfr =
-            reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
-        VF a[C];
-#pragma GCC unroll 16
-        for (int x = 0; x < kV; ++x) {
-          if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
-          const VF qv = x < kHeld ? qh[x < kHeld ? x : 0] : hn::LoadU(df, q + x * n);
-          a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
-                           : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
-        }
-        if constexpr (C == 4) {
-          acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
-        } else {
-          acc[u] = hn::Add(a[0], a[1]);
-        }
-      }
-      hn::Store(DecLaneSums(df, acc), df, s + c);
-    }
-  });
-  return whole;
-}
-#else
-template <typename TK>
-HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const AttentionTask&,
-                                          std::int64_t, std::int64_t, const DecRows<TK>&,
-                                          AttentionWork&) {
-  return 0;
-}
-#endif
-#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+#else  // the general tiles in DecScores below
 HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const AttentionTask&,
                                            std::int64_t, std::int64_t, const DecRows<float>&,
                                            AttentionWork&) {

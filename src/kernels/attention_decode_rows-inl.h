@@ -34,6 +34,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Lanes of a float vector (compile time: x86 vectors have a fixed size).
 constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
+// Vectors in a row of d = 128, the row of the dense-row score and value
+// passes: 8 on AVX-512, 16 on AVX2.
+constexpr int kDecVecs128 = static_cast<int>(128 / kDecLanes);
 
 // Software prefetch. The hardware's stream prefetchers follow a stream
 // within a 4 KiB page and start again at each new page; a 16-key group of
@@ -145,6 +148,7 @@ struct DecRows {
   std::int64_t ahead = 0, avail = 0;
   bool to_l2 = false;            // the prefetches go to L2 (decode_prefetch())
   std::int64_t value_group = 8;  // keys per group of the four-row value tile
+  bool f32_value_prefetch = false;  // the one-row float32 value pass prefetches
 
   // The value pass walks one kv head's keys in order: while reading key c
   // of the kv head at b, key c + ahead's row.
@@ -202,6 +206,7 @@ DecRows<T> DecRowsInPlace(const AttentionParams& p, const AttentionTask& t, std:
                                         kDecMaxAhead - static_cast<std::int64_t>(kDecLanes));
   rows.to_l2 = pf.to_l2;
   rows.value_group = pf.value_group;
+  rows.f32_value_prefetch = pf.f32_value_prefetch;
   rows.avail = max_lim + extra;
   return rows;
 }

@@ -63,6 +63,13 @@ constexpr std::int64_t kDecPVGroup = 8;
 // 0.96x from memory; groups of 7 (decode_gqa7, h 28 on 4: tiles of 4, 2
 // and 1 rows) 0.91x and 0.95x.
 constexpr std::int64_t kDecGroupKeys = 4;
+// Whether one row of float32 values walks its keys one at a time (AVX-512;
+// DecPVTile's kRowByKey and DecValues' DecPVDenseRow for float32).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kDecF32RowByKey = true;
+#else
+constexpr bool kDecF32RowByKey = false;
+#endif
 
 // O[RB rows][x, x + kVW N) += P[RB rows][keys [0, count)] V[keys] with
 // the accumulators in registers over all the keys: key g's value row is
@@ -166,11 +173,12 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
   // the Zen 5 also ran 0.91x with a prefetch per key: which wins depends on
   // the core, and AVX2 stands for the older ones (docs/performance-notes.md,
   // twenty-third round).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  constexpr bool kRowByKey = RB == 1 && std::is_same_v<TV, float>;
-#else
-  constexpr bool kRowByKey = false;
-#endif
+  // GCC 12 emits no prefetch at all in this walk (its AVX-512 code,
+  // objdump of the Release build, 2026-12-02): the float32 decode measured
+  // here ran without one. A dense cache's float32 rows now go through
+  // DecPVDenseRow, which prefetches where this CPU gains by it
+  // (f32_value_prefetch); this walk stays for the others (paged, masked).
+  constexpr bool kRowByKey = RB == 1 && std::is_same_v<TV, float> && kDecF32RowByKey;
   if ((RB > 1 || kRowByKey) && vecs <= VW && (vecs & (vecs - 1)) == 0) {  // one chunk
     keys(0, count);
   } else {
@@ -239,8 +247,9 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
   }
 }
 
-// The one-row P V tile of 16-bit value rows of d = 128 in place at a fixed
-// stride (a dense cache, no key mask) on AVX-512 and AVX2, written out:
+// The one-row P V tile of 16-bit value rows (float32 too on AVX-512) of
+// d = 128 in place at a fixed stride (a dense cache, no key mask) on
+// AVX-512 and AVX2, written out:
 // keys [c0, c1) of the block one at a time, the 8 vectors of O (16 on
 // AVX2, two of them on the stack) in registers over all of them; key
 // c's row at base + v.at[0] + c * stride, its weight pw[c]; when
@@ -253,11 +262,15 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
 // group's prefetches in one burst), float16 and bfloat16 decode took
 // 0.92-0.95x the time from memory on two threads (Zen 5, alternated
 // scratch builds; DecPVTile walking them key by key instead: 0.98-1.03).
-// float32 rows stay with DecPVTile's own key-by-key walk (kRowByKey): this
-// tile took 1.05-1.2x its time (docs/performance-notes.md, twenty-fifth
-// round). On AVX2 (a Zen 1 EPYC, with the AVX2 DecScoresDenseRow) float16
-// and bfloat16 decode took 0.87 and 0.85x the time of DecPVTile's groups
-// of 8 keys with their bursts of prefetches (twenty-eighth round).
+// On AVX2 (a Zen 1 EPYC, with the AVX2 DecScoresDenseRow) float16 and
+// bfloat16 decode took 0.87 and 0.85x the time of DecPVTile's groups of 8
+// keys with their bursts of prefetches (twenty-eighth round).
+// float32 rows had stayed with DecPVTile's own key-by-key walk
+// (kRowByKey): this tile took 1.05-1.2x its time (docs/performance-notes.md,
+// twenty-fifth round), a walk that GCC compiles without its prefetch (see
+// there). Now float32 rows on AVX-512 come here too, prefetching only
+// where f32_value_prefetch says (a Zen 4: 0.90-0.93x the time of the walk,
+// twenty-ninth round); elsewhere without, as that walk ran.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 constexpr bool kDecDenseRowValues = true;
 #else
@@ -269,7 +282,7 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
                               std::int64_t c1, bool prefetch, std::int64_t row_bytes,
                               float* HWY_RESTRICT o) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-  constexpr int kV = static_cast<int>(128 / n);  // d = 128: 8 vectors (AVX-512), 16 (AVX2)
+  constexpr int kV = kDecVecs128;
   const TV* HWY_RESTRICT rows = base + v.at[0];
   const std::int64_t last = v.avail - 1;
   VF acc[kV];
@@ -312,7 +325,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     }
   }
   const float* keep = p.key_mask != nullptr ? w.keep.get() : nullptr;
-  // DecPVDenseRow's rows (used for one-row tiles of 16-bit values).
+  // DecPVDenseRow's rows (used for one-row tiles of 16-bit values, and of
+  // float32 values on AVX-512).
   const bool dense_row =
       p.d == 128 && t.v_direct && p.key_layout != KeyLayout::kPaged && p.key_mask == nullptr;
   // Rows [r, r + R) over keys [from, to), in runs of attended keys; the
@@ -333,9 +347,11 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       }
       if (e > c) {
         bool done = false;
-        if constexpr (R == 1 && kDecDenseRowValues && !std::is_same_v<TV, float>) {
+        constexpr bool kF32 = std::is_same_v<TV, float>;
+        if constexpr (R == 1 && kDecDenseRowValues && (!kF32 || kDecF32RowByKey)) {
           if (dense_row) {
-            DecPVDenseRow(df, s + r * cols, base, v, p.v_stride[2], c, e, first_rows && v.ahead > 0,
+            const bool ahead = first_rows && v.ahead > 0 && (!kF32 || v.f32_value_prefetch);
+            DecPVDenseRow(df, s + r * cols, base, v, p.v_stride[2], c, e, ahead,
                           p.d * static_cast<std::int64_t>(sizeof(TV)), o + r * dp);
             done = true;
           }

@@ -12,12 +12,16 @@
 
 namespace posbias::detail {
 
-DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel) {
+DecodePrefetch parse_decode_prefetch(const char* override_text, DecodeCpu cpu) {
   DecodePrefetch pf;
-  if (intel) {
+  if (cpu == DecodeCpu::kIntel) {
     pf.to_l2 = true;
     pf.ahead_bytes = 3072;
     pf.value_group = 4;
+  } else if (cpu == DecodeCpu::kZen4) {
+    pf.to_l2 = true;
+    pf.ahead_bytes = 8192;
+    pf.f32_value_prefetch = true;
   }
   if (override_text == nullptr || *override_text == '\0') return pf;
   const std::string whole(override_text);
@@ -50,23 +54,31 @@ DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel) {
   return pf;
 }
 
-bool cpu_is_intel() {
+DecodeCpu cpu_kind() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return DecodeCpu::kOther;
+  const unsigned max_leaf = a;
   char vendor[13] = {};
   std::memcpy(vendor, &b, 4);
   std::memcpy(vendor + 4, &d, 4);
   std::memcpy(vendor + 8, &c, 4);
-  return std::strcmp(vendor, "GenuineIntel") == 0;
+  if (std::strcmp(vendor, "GenuineIntel") == 0) return DecodeCpu::kIntel;
+  if (std::strcmp(vendor, "AuthenticAMD") != 0 || max_leaf < 7) return DecodeCpu::kOther;
+  __get_cpuid(1, &a, &b, &c, &d);
+  // The family: the base family, plus the extended family where it is 15.
+  const unsigned base = (a >> 8) & 0xF, family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+  __get_cpuid_count(7, 0, &a, &b, &c, &d);
+  const bool avx512f = (b >> 16) & 1;
+  return family == 0x19 && avx512f ? DecodeCpu::kZen4 : DecodeCpu::kOther;
 #else
-  return false;
+  return DecodeCpu::kOther;
 #endif
 }
 
 const DecodePrefetch& decode_prefetch() {
   static const DecodePrefetch pf =
-      parse_decode_prefetch(std::getenv("POSBIAS_DECODE_PREFETCH"), cpu_is_intel());
+      parse_decode_prefetch(std::getenv("POSBIAS_DECODE_PREFETCH"), cpu_kind());
   return pf;
 }
 

@@ -7,9 +7,15 @@
 // far, and into which cache, is a property of the core, measured on each
 // (docs/performance-notes.md, twenty-seventh round):
 //
-//   - AMD (Zen 3, Zen 5): PREFETCHT0 (into L1) 4 KiB ahead. Shorter and
-//     longer distances, and PREFETCHT1 at 4 and 8 KiB, measured the same
-//     or slower there.
+//   - AMD (Zen 1, Zen 3, Zen 5): PREFETCHT0 (into L1) 4 KiB ahead.
+//     Shorter and longer distances, and PREFETCHT1 at 4 and 8 KiB,
+//     measured the same or slower there.
+//   - AMD Zen 4 (family 25 with AVX-512): PREFETCHT1 8 KiB ahead. At
+//     PREFETCHT0 4 KiB its grouped-query and paged decodes took 1.5x and
+//     1.4x the time (8 alternated rounds; PREFETCHT1 at 6 to 16 KiB
+//     measured within 5% of 8 KiB), the float32 and 16-bit ones about the
+//     same. There the one-row float32 value pass also prefetches
+//     (f32_value_prefetch; twenty-ninth round).
 //   - Intel (a Sapphire Rapids class Xeon): PREFETCHT1 (into L2) 3 KiB
 //     ahead. At PREFETCHT0 4 KiB its grouped-query decode read 0.74-0.76
 //     of a plain read of the same bytes; at PREFETCHT1 3 KiB, 0.92-0.96
@@ -37,16 +43,28 @@ struct DecodePrefetch {
   // Keys per group of the four-row value tile on AVX-512 (its prefetches
   // go in one burst per group): 8, or 4 on Intel.
   std::int64_t value_group = 8;
+  // Whether the one-row value pass of float32 rows on AVX-512 prefetches
+  // the row ahead before each key (DecPVDenseRow): on Zen 4 only, where
+  // it took 0.90-0.93x the time of the walk without; on a Zen 5 the
+  // prefetching tile had taken 1.05-1.2x (twenty-fifth round).
+  bool f32_value_prefetch = false;
 };
 
-// The setting for a CPU (intel: its vendor is GenuineIntel) and an
-// override text (null or empty: none). Throws std::invalid_argument, with
-// the text, for an override not of the form t0:BYTES or t1:BYTES with
-// 64 <= BYTES <= 32768, optionally followed by :4 or :8.
-DecodePrefetch parse_decode_prefetch(const char* override_text, bool intel);
+// The CPUs whose settings differ (cpu_kind()).
+enum class DecodeCpu { kOther, kIntel, kZen4 };
 
-// Whether this CPU's vendor is GenuineIntel (false off x86).
-bool cpu_is_intel();
+// The setting for a CPU kind and an override text (null or empty: none;
+// the override sets the cache, the distance and the value group, and
+// leaves f32_value_prefetch as the CPU has it). Throws
+// std::invalid_argument, with the text, for an override not of the form
+// t0:BYTES or t1:BYTES with 64 <= BYTES <= 32768, optionally followed by
+// :4 or :8.
+DecodePrefetch parse_decode_prefetch(const char* override_text, DecodeCpu cpu);
+
+// This CPU's kind: kIntel for the vendor GenuineIntel, kZen4 for
+// AuthenticAMD family 25 (0x19) with AVX-512F (Zen 3 is family 25 without
+// it), else kOther (and off x86).
+DecodeCpu cpu_kind();
 
 // This process's setting: parse_decode_prefetch of POSBIAS_DECODE_PREFETCH
 // and this CPU, found on the first call (which throws what the parse
