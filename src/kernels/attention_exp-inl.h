@@ -77,9 +77,34 @@ HWY_INLINE VI ExpTableEntry(DI di, VI table, VI bits) {
 }
 HWY_DIAGNOSTICS(pop)
 
-// e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpInRange(D df, V x) {
+// The last step of ExpInRange, scale + scale em1: with kZeroBelow, 0 in the
+// lanes where `below` is set, in the same operation on AVX-512 (a
+// zero-masked FMA: the prefill's softmax spends 15 operations a vector on
+// its exp, and on a Sapphire Rapids class core each one takes an FMA's
+// slot), else by a select after it. The same bits either way.
+template <bool kZeroBelow, class D, class V = hn::Vec<D>, class M = hn::Mask<D>>
+HWY_INLINE V ExpLastStep(D df, V scale, V em1, M below) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kZeroBelow && hn::MaxLanes(D()) == 16) {
+    (void)df;
+    return V{
+        _mm512_maskz_fmadd_ps(static_cast<__mmask16>(~below.raw), scale.raw, em1.raw, scale.raw)};
+  }
+#endif
+  const V e = hn::MulAdd(scale, em1, scale);
+  if constexpr (kZeroBelow) {
+    return hn::IfThenZeroElse(below, e);
+  } else {
+    (void)df;
+    (void)below;
+    return e;
+  }
+}
+
+// e^x for x in [-40, 88] or NaN (NaN gives NaN), by the steps above; with
+// kZeroBelow, 0 where `below` is set (whatever x is there).
+template <bool kZeroBelow = false, class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpInRange(D df, V x, hn::Mask<D> below = hn::Mask<D>()) {
   const hn::RebindToSigned<D> di;
   constexpr std::size_t kLanes = hn::MaxLanes(D());
   if constexpr (kLanes == 8 || kLanes == 16) {
@@ -116,7 +141,7 @@ HWY_INLINE V ExpInRange(D df, V x) {
     if constexpr (kLanes == 8) e = hn::MulAdd(hn::Set(df, 1.0f / 24.0f), r, e);
     e = hn::MulAdd(e, r, hn::Set(df, 0.5f));
     e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
-    return hn::MulAdd(scale, hn::Mul(e, r), scale);
+    return ExpLastStep<kZeroBelow>(df, scale, hn::Mul(e, r), below);
   } else {
     const V magic = hn::Set(df, 12583039.0f);  // 1.5 * 2^23 + 127
     const V kn = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
@@ -132,7 +157,12 @@ HWY_INLINE V ExpInRange(D df, V x) {
     e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
     e = hn::MulAdd(e, r, hn::Set(df, 1.0f));
     const V pow2n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, kn)));
-    return hn::Mul(e, pow2n);
+    if constexpr (kZeroBelow) {
+      return hn::IfThenZeroElse(below, hn::Mul(e, pow2n));
+    } else {
+      (void)below;
+      return hn::Mul(e, pow2n);
+    }
   }
 }
 
@@ -142,7 +172,7 @@ template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpFlushed(D df, V x) {
   const V lo = hn::Set(df, -40.0f);
   const auto keep = hn::Ge(x, lo);  // false for NaN
-  return hn::IfThenElseZero(keep, ExpInRange(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f))));
+  return ExpInRange<true>(df, hn::Min(hn::Max(x, lo), hn::Set(df, 88.0f)), hn::Not(keep));
 }
 
 // SafeExp for x <= 88 or NaN only (x = a score minus a maximum it cannot
@@ -153,7 +183,7 @@ HWY_INLINE V ExpFlushed(D df, V x) {
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpUnclamped(D df, V x) {
   const auto flush = hn::Lt(x, hn::Set(df, -40.0f));  // false for NaN
-  return hn::IfThenZeroElse(flush, ExpInRange(df, x));
+  return ExpInRange<true>(df, x, flush);
 }
 
 // ExpFlushed, but NaN stays NaN: the forward must not silently drop a NaN
