@@ -64,57 +64,20 @@ __attribute__((target("avx512f"), noipa)) float Peak(long iters) {
   return _mm512_reduce_add_ps(s);
 }
 
-// reps tiles acc[r][u] = sum_k q[r][k] kt[k][16 u ...], each result then
-// put through W adds and maxima and stored to out.
-template <int W>
+// reps tiles acc[r][u] = sum_k q[r][k] kt[k][16 u ...], stored to out.
+// "After" (kInterleaved false): each result first put through W dependent
+// adds and maxima. Interleaved: 8 W / 20 such operations per step of the
+// reduction instead (64 steps: about 9.6 W per tile, W x 24 in all for
+// W = 20) on four registers of their own, two independent chains a step,
+// and the results stored as they are.
+template <int W, bool kInterleaved>
 __attribute__((target("avx512f"), noipa)) void Tile(const float* q, const float* kt, float* out,
                                                     long reps) {
   const __m512 c1 = _mm512_set1_ps(1e-3f), c2 = _mm512_set1_ps(-1e9f);
-  for (long t = 0; t < reps; ++t) {
-    __m512 acc[kRows][kVecs];
-#pragma GCC unroll 6
-    for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
-      for (int u = 0; u < kVecs; ++u) acc[r][u] = _mm512_setzero_ps();
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < kD; ++k) {
-      __m512 kv[kVecs];
-#pragma GCC unroll 4
-      for (int u = 0; u < kVecs; ++u) kv[u] = _mm512_loadu_ps(kt + k * kKeys + u * 16);
-#pragma GCC unroll 6
-      for (int r = 0; r < kRows; ++r) {
-        const __m512 qv = _mm512_set1_ps(q[r * kD + k]);
-#pragma GCC unroll 4
-        for (int u = 0; u < kVecs; ++u) acc[r][u] = _mm512_fmadd_ps(qv, kv[u], acc[r][u]);
-      }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 4
-      for (int u = 0; u < kVecs; ++u) {
-        __m512 x = acc[r][u];
-#pragma GCC unroll 20
-        for (int w = 0; w < W; ++w) x = (w & 1) ? _mm512_max_ps(x, c2) : _mm512_add_ps(x, c1);
-        _mm512_storeu_ps(out + r * kKeys + u * 16, x);
-      }
-    }
-    asm volatile("" ::: "memory");
-  }
-}
-
-// The same tile with 8 W / 20 non-FMA operations per step of the reduction
-// (64 steps: 8 W x 24 / 20 ~ 9.6 W per tile, W x 24 in all for W = 20)
-// on four registers of their own, two independent chains each step, and
-// the 24 results stored as they are: the other operations interleaved
-// with the FMAs instead of after them.
-template <int W>
-__attribute__((target("avx512f"), noipa)) void TileInterleaved(const float* q, const float* kt,
-                                                               float* out, long reps) {
-  const __m512 c1 = _mm512_set1_ps(1e-3f), c2 = _mm512_set1_ps(-1e9f);
   __m512 x[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                  _mm512_setzero_ps()};
-  constexpr int kPerStep = 8 * W / 20;
+  constexpr int kPerStep = kInterleaved ? 8 * W / 20 : 0;
+  constexpr int kAfter = kInterleaved ? 0 : W;
   for (long t = 0; t < reps; ++t) {
     __m512 acc[kRows][kVecs];
 #pragma GCC unroll 6
@@ -141,11 +104,20 @@ __attribute__((target("avx512f"), noipa)) void TileInterleaved(const float* q, c
 #pragma GCC unroll 6
     for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
-      for (int u = 0; u < kVecs; ++u) _mm512_storeu_ps(out + r * kKeys + u * 16, acc[r][u]);
+      for (int u = 0; u < kVecs; ++u) {
+        __m512 y = acc[r][u];
+#pragma GCC unroll 20
+        for (int w = 0; w < kAfter; ++w) y = (w & 1) ? _mm512_max_ps(y, c2) : _mm512_add_ps(y, c1);
+        _mm512_storeu_ps(out + r * kKeys + u * 16, y);
+      }
     }
     asm volatile("" ::: "memory");
   }
-  for (int w = 0; w < 4; ++w) _mm512_storeu_ps(out + w * 16, _mm512_add_ps(x[w], x[(w + 1) & 3]));
+  if constexpr (kInterleaved) {
+    for (int w = 0; w < 4; ++w) {
+      _mm512_storeu_ps(out + w * 16, _mm512_add_ps(x[w], x[(w + 1) & 3]));
+    }
+  }
 }
 
 #pragma GCC diagnostic pop
@@ -160,11 +132,7 @@ void Report(const std::vector<float>& q, const std::vector<float>& kt, std::vect
     (void)sink;
     const double peak = kPeakIters * 12.0 * 32.0 / (Now() - t0);
     t0 = Now();
-    if constexpr (kInterleaved) {
-      TileInterleaved<W>(q.data(), kt.data(), out.data(), kReps);
-    } else {
-      Tile<W>(q.data(), kt.data(), out.data(), kReps);
-    }
+    Tile<W, kInterleaved>(q.data(), kt.data(), out.data(), kReps);
     const double tile = kReps * kTileFlops / (Now() - t0);
     ratios.push_back(tile / peak);
   }
