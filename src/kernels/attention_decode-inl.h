@@ -102,7 +102,10 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       if (first) prefetch(u);
       const TK* HWY_RESTRICT row = kr[u] + x;
       VF a = acc[u];
-      for (int v = 0; v < V; ++v) a = hn::MulAdd(qv[v], LoadWide(df, row + v * n), a);
+      // (A chunk of V even starts at a multiple of 2N, its vectors whole
+      // blocks of the read order; V = 1 is the row's last whole vector.)
+      constexpr std::int64_t kEnd = V == 1 ? n : V * n;
+      for (int v = 0; v < V; ++v) a = hn::MulAdd(qv[v], DecLoadVec(df, row, v * n, kEnd), a);
       acc[u] = a;
     }
   };
@@ -163,12 +166,12 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
 #pragma GCC unroll 16
         for (int v = 0; v < C; ++v) {
           if (pfr != nullptr && v % kPer == 0) DecPrefetchLine(pfr + v * kVecBytes, to_l2);
-          a[v] = hn::Mul(qvec(v), LoadWide(df, row + v * n));
+          a[v] = hn::Mul(qvec(v), DecLoadVec(df, row, v * n, W * n));
         }
 #pragma GCC unroll 16
         for (int v = C; v < W; ++v) {
           if (pfr != nullptr && v % kPer == 0) DecPrefetchLine(pfr + v * kVecBytes, to_l2);
-          a[v % C] = hn::MulAdd(qvec(v), LoadWide(df, row + v * n), a[v % C]);
+          a[v % C] = hn::MulAdd(qvec(v), DecLoadVec(df, row, v * n, W * n), a[v % C]);
         }
         if constexpr (C == 4) {
           acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));
@@ -186,14 +189,14 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
       for (std::size_t u = 0; u < kDecLanes; ++u) {
         if (pf != nullptr) prefetch(u);
         const TK* HWY_RESTRICT row = kr[u];
-        VF a0 = hn::Mul(hn::LoadU(df, q), LoadWide(df, row));
+        VF a0 = hn::Mul(hn::LoadU(df, q), DecLoadVec(df, row, 0, d));
         VF a1 = hn::Zero(df);
         std::int64_t y = n;
         for (; y + 2 * n <= whole; y += 2 * n) {
-          a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
-          a0 = hn::MulAdd(hn::LoadU(df, q + y + n), LoadWide(df, row + y + n), a0);
+          a1 = hn::MulAdd(hn::LoadU(df, q + y), DecLoadVec(df, row, y, d), a1);
+          a0 = hn::MulAdd(hn::LoadU(df, q + y + n), DecLoadVec(df, row, y + n, d), a0);
         }
-        if (y < whole) a1 = hn::MulAdd(hn::LoadU(df, q + y), LoadWide(df, row + y), a1);
+        if (y < whole) a1 = hn::MulAdd(hn::LoadU(df, q + y), DecLoadVec(df, row, y, d), a1);
         acc[u] = hn::Add(a0, a1);
       }
     }
@@ -202,7 +205,8 @@ HWY_INLINE void DecScoreLanes(DF df, const float* HWY_RESTRICT q, std::int64_t d
     for (; x + kDecQVecs * n <= whole; x += kDecQVecs * n) {
       chunk(std::integral_constant<int, kDecQVecs>(), x);
     }
-    for (; x < whole; x += n) chunk(std::integral_constant<int, 1>(), x);
+    for (; x + 2 * n <= whole; x += 2 * n) chunk(std::integral_constant<int, 2>(), x);
+    if (x < whole) chunk(std::integral_constant<int, 1>(), x);
   }
   if (whole == 0 && pf != nullptr) {  // d < N: no chunk
     for (std::size_t u = 0; u < kDecLanes; ++u) prefetch(u);
@@ -249,7 +253,7 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
       VF qv[R];
       for (int r = 0; r < R; ++r) qv[r] = hn::LoadU(df, q + r * d);
       for (std::size_t u = 0; u < kKeys; ++u) {
-        const VF kv = LoadWide(df, kr[u]);
+        const VF kv = DecLoadVec(df, kr[u], 0, d);
         for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::Mul(qv[r], kv);
       }
     }
@@ -261,7 +265,7 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
       // time (Zen 3).
       for (int r = 0; r < R; ++r) qv[r] = DecLoadHeld(df, q + r * d + x);
       for (std::size_t u = 0; u < kKeys; ++u) {
-        const VF kv = LoadWide(df, kr[u] + x);
+        const VF kv = DecLoadVec(df, kr[u], x, d);
         for (int r = 0; r < R; ++r) acc[r * kKeys + u] = hn::MulAdd(qv[r], kv, acc[r * kKeys + u]);
       }
     }
@@ -340,8 +344,8 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
         for (int x = 0; x < kV; ++x) {
           if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
           const VF qv = x < kHeld ? qh[x < kHeld ? x : 0] : hn::LoadU(df, q + x * n);
-          a[x % C] = x < C ? hn::Mul(qv, LoadWide(df, row + x * n))
-                           : hn::MulAdd(qv, LoadWide(df, row + x * n), a[x % C]);
+          a[x % C] = x < C ? hn::Mul(qv, DecLoadVec(df, row, x * n, kD))
+                           : hn::MulAdd(qv, DecLoadVec(df, row, x * n, kD), a[x % C]);
         }
         if constexpr (C == 4) {
           acc[u] = hn::Add(hn::Add(a[0], a[1]), hn::Add(a[2], a[3]));

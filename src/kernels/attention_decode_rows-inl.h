@@ -38,6 +38,62 @@ constexpr std::size_t kDecLanes = hn::MaxLanes(DF());
 // passes: 8 on AVX-512, 16 on AVX2.
 constexpr int kDecVecs128 = static_cast<int>(128 / kDecLanes);
 
+// bfloat16 rows are read in pair order: each whole block of 2N elements
+// [2N b, 2N b + 2N) of a row as N 32-bit words, vector 2b its even
+// elements (the words' low halves shifted up: one shift) and vector 2b + 1
+// its odd ones (the high halves: one AND), where widening N elements at a
+// time took a zero-extending load and a shift per vector (two
+// instructions per vector, one of them on the shuffle port). The rest of
+// the row (d % 2N elements) stays in element order. The score pass reads
+// q in the same order (StartTask lays it out with DecPairOrder), and the
+// value pass leaves O in it (RunOneTask puts it back).
+template <typename T>
+constexpr bool kDecPaired = std::is_same_v<T, bfloat16>;
+
+// The vector of a row of d elements (its dtype T) that starts at element x
+// (a multiple of N) in the row's read order, as float32.
+template <typename T>
+HWY_INLINE VF DecLoadVec(DF df, const T* HWY_RESTRICT row, std::int64_t x, std::int64_t d) {
+  if constexpr (kDecPaired<T>) {
+    constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+    const std::int64_t b = x - x % (2 * n);
+    if (b + 2 * n <= d) {
+      const hn::RebindToUnsigned<DF> du;
+      const auto words = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(row + b));
+      return hn::BitCast(
+          df, x == b ? hn::ShiftLeft<16>(words) : hn::And(words, hn::Set(du, 0xFFFF0000u)));
+    }
+  }
+  return LoadWide(df, row + x);
+}
+
+// v (d floats) from element order into the read order of a row of T
+// (DecLoadVec; to_pairs), or back (!to_pairs).
+template <typename T>
+HWY_INLINE void DecPairOrder(float* HWY_RESTRICT v, std::int64_t d, bool to_pairs) {
+  if constexpr (kDecPaired<T>) {
+    constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+    float tmp[2 * n];
+    for (std::int64_t b = 0; b + 2 * n <= d; b += 2 * n) {
+      std::copy(v + b, v + b + 2 * n, tmp);
+      // Element 2l of the block is at l in read order, element 2l + 1 at n + l.
+      for (std::int64_t l = 0; l < n; ++l) {
+        if (to_pairs) {
+          v[b + l] = tmp[2 * l];
+          v[b + n + l] = tmp[2 * l + 1];
+        } else {
+          v[b + 2 * l] = tmp[l];
+          v[b + 2 * l + 1] = tmp[n + l];
+        }
+      }
+    }
+  } else {
+    (void)v;
+    (void)d;
+    (void)to_pairs;
+  }
+}
+
 // Software prefetch. The hardware's stream prefetchers follow a stream
 // within a 4 KiB page and start again at each new page; a 16-key group of
 // float16 rows (d = 128) is one page, so every group began with its loads

@@ -81,6 +81,12 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
                            const RowOf& row_of, const Before& before, std::int64_t x,
                            float* HWY_RESTRICT o, std::int64_t dp) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  // The chunks of DecPVTile's columns: one of kVW even starts at a
+  // multiple of 2N, its vectors whole blocks of a 16-bit row's read order
+  // (DecLoadVec); one of a single vector is the row's last whole vector,
+  // read in element order.
+  static_assert(kVW == 1 || kVW % 2 == 0, "chunks of 1 or an even number of vectors");
+  constexpr std::int64_t kEnd = kVW == 1 ? n : kVW * n;
   VF acc[RB][kVW];
   for (int r = 0; r < RB; ++r) {
     for (int u = 0; u < kVW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
@@ -93,10 +99,10 @@ HWY_INLINE void DecPVChunk(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp
       // the 16 widened vectors of a 16-bit row went through the stack.
       const VF pv = hn::Set(df, pw[g]);
       for (int u = 0; u < kVW; ++u)
-        acc[0][u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[0][u]);
+        acc[0][u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, kEnd), acc[0][u]);
     } else {
       VF vv[kVW];
-      for (int u = 0; u < kVW; ++u) vv[u] = LoadWide(df, row + u * n);
+      for (int u = 0; u < kVW; ++u) vv[u] = DecLoadVec(df, row, u * n, kEnd);
       for (int r = 0; r < RB; ++r) {
         const VF pv = hn::Set(df, pw[r * ldp + g]);
         for (int u = 0; u < kVW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
@@ -293,7 +299,7 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
     const TV* HWY_RESTRICT row = rows + c * stride;
     const VF pv = hn::Set(df, pw[c]);
 #pragma GCC unroll 16
-    for (int u = 0; u < kV; ++u) acc[u] = hn::MulAdd(pv, LoadWide(df, row + u * n), acc[u]);
+    for (int u = 0; u < kV; ++u) acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, 128), acc[u]);
   }
 #pragma GCC unroll 16
   for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);

@@ -88,6 +88,10 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
             t.bb * p.q_stride[0] + (t.hh + x / t.br) * p.q_stride[1] +
                 (t.sq.q_row0 + t.r0 + x % t.br) * p.q_stride[2],
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
+    // bfloat16 key rows read in place are read in pair order (DecLoadVec).
+    if (t.direct && t.k_direct && p.kv_dtype == DType::kBFloat16) {
+      DecPairOrder<bfloat16>(w.q.get() + x * d, d, true);
+    }
     const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
     w.vis_begin[static_cast<std::size_t>(x)] = kr.begin;
     w.vis_end[static_cast<std::size_t>(x)] = kr.end;
@@ -444,7 +448,14 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
   const std::int64_t span = ref.kbs.end - ref.kbs.begin;
   RunTask(p, bl, t, ref.kbs.begin + span * split / bl.splits,
           ref.kbs.begin + span * (split + 1) / bl.splits, w);
-  for (std::int64_t x = 0; x < t.rows; ++x) FoldRowSums(DF(), w, x);
+  for (std::int64_t x = 0; x < t.rows; ++x) {
+    FoldRowSums(DF(), w, x);
+    // The value pass left O in the read order of bfloat16 value rows read
+    // in place (DecLoadVec): back to element order.
+    if (t.direct && t.v_direct && p.kv_dtype == DType::kBFloat16) {
+      DecPairOrder<bfloat16>(w.o.get() + x * bl.dp, p.d, false);
+    }
+  }
   if (bl.splits > 1) {
     const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
     std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));

@@ -339,6 +339,23 @@ TEST(AttentionKernelPaths, DecodeStridedKeyAndValueElements) {
   }
 }
 
+// A causal ALiBi call of q, k, v (b 1) against the naive formula of a,
+// with one thread and with four (the keys split across tasks).
+void ExpectCausalAlibiOnThreads(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const test::NaiveSeq& a) {
+  const test::NaiveOut want = test::naive_attention(a);
+  const std::vector<float> wantf(want.out.begin(), want.out.end());
+  AttentionOptions opt;
+  opt.causal = true;
+  for (const int threads : {1, 4}) {
+    omp_set_num_threads(threads);
+    test::expect_close(
+        attention_forward(q, k, v, AttentionBias::alibi(a.slopes), opt).to_float_vector(), wantf,
+        "attention_forward threads " + std::to_string(threads), test::naive_atol(DType::kFloat32),
+        test::naive_rtol(DType::kFloat32));
+  }
+}
+
 // Decode from a dense cache with d = 128 (on AVX-512 the rows are
 // addressed by their stride: DecScoresDenseTile for four query rows of a
 // kv head, DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one
@@ -375,19 +392,60 @@ TEST(AttentionKernelPaths, DecodeDenseRowsOfD128) {
               k = k.transpose(1, 2).contiguous_copy().transpose(1, 2);
               v = v.transpose(1, 2).contiguous_copy().transpose(1, 2);
             }
-            const test::NaiveOut want = test::naive_attention(a);
-            const std::vector<float> wantf(want.out.begin(), want.out.end());
-            AttentionOptions opt;
-            opt.causal = true;
-            for (const int threads : {1, 4}) {
-              omp_set_num_threads(threads);
-              test::expect_close(
-                  attention_forward(q, k, v, AttentionBias::alibi(a.slopes), opt).to_float_vector(),
-                  wantf, "attention_forward threads " + std::to_string(threads),
-                  test::naive_atol(DType::kFloat32), test::naive_rtol(DType::kFloat32));
-            }
+            ExpectCausalAlibiOnThreads(q, k, v, a);
             if (::testing::Test::HasFailure()) break;
           }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  omp_set_num_threads(saved);
+}
+
+// bfloat16 K and V rows read in place are read in pair order (each whole
+// block of 2N elements as its even and its odd elements, N the float
+// lanes; the rest of a row in element order), with q laid out the same
+// way and O put back after the value pass: every width of row (below one
+// vector, whole blocks, a block and a vector, a scalar tail), one query
+// head a kv head and several (the four-, two- and one-row tiles), decode
+// and several query rows, one thread and four (key splits), and K or V
+// alone read in place (the other, with a last-dimension stride, converted
+// to float32 rows in element order), on every instruction set.
+TEST(AttentionKernelPaths, DecodeBfloat16RowsInPairOrderOfEveryWidth) {
+  const int saved = omp_get_max_threads();
+  std::uint32_t seed = 1300;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (const std::int64_t d :
+         {1, 7, 8, 16, 24, 32, 40, 48, 64, 72, 80, 100, 128, 136, 192, 256}) {
+      for (const auto& [h, hk] :
+           {std::pair<std::int64_t, std::int64_t>{1, 1}, {4, 1}, {6, 2}, {14, 2}}) {
+        for (int layout = 0; layout < 3; ++layout) {  // both in place, K only, V only
+          const std::int64_t i = 1 + static_cast<std::int64_t>(seed % 3);
+          const std::int64_t j = seed % 2 == 0 ? 37 : 290;
+          SCOPED_TRACE(std::string(hwy::TargetName(target)) + " d " + std::to_string(d) + " h " +
+                       std::to_string(h) + " hk " + std::to_string(hk) + " i " + std::to_string(i) +
+                       " j " + std::to_string(j) + " layout " + std::to_string(layout));
+          const Tensor q = test::random_tensor({1, h, i, d}, seed, -2.0f, 2.0f);
+          // [1, hk, d, j] transposed: the same values with a last-dimension
+          // stride of j, read through float32 copies.
+          const auto rows = [&](std::uint32_t sd, bool in_place) {
+            if (in_place)
+              return test::random_tensor({1, hk, j, d}, sd, -2.0f, 2.0f).to(DType::kBFloat16);
+            return test::random_tensor({1, hk, d, j}, sd, -2.0f, 2.0f)
+                .to(DType::kBFloat16)
+                .transpose(2, 3);
+          };
+          const Tensor k = rows(seed + 1, layout != 2);
+          const Tensor v = rows(seed + 2, layout != 1);
+          seed += 3;
+          test::NaiveSeq a =
+              DenseNaive(q, k.contiguous_copy(), v.contiguous_copy(), h, hk, i, j, d, true);
+          for (std::int64_t x = 0; x < h; ++x)
+            a.slopes.push_back(0.02f + 0.03f * static_cast<float>(x));
+          ExpectCausalAlibiOnThreads(q, k, v, a);
+          if (::testing::Test::HasFailure()) break;
         }
       }
     }
