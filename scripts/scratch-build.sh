@@ -17,6 +17,8 @@
 # of such a build ran 1.22x as long as the shipped one (its score tile loaded
 # 12 vectors per 8 FMAs instead of 6; docs/performance-notes.md, nineteenth
 # round). A CPU without AVX2 gets -march=x86-64-v2 (Highway's SSE4 target).
+# SCRATCH_ISA=avx2 (or sse4) builds a lesser target than the CPU's best, to
+# time the AVX2 code on an AVX-512 machine.
 #
 # Remove a scratch tree with `git worktree remove --force DIR`.
 set -euo pipefail
@@ -35,9 +37,14 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 flags="$(grep -m1 '^flags' /proc/cpuinfo || true)"
 has() { [[ " ${flags} " == *" $1 "* ]]; }
-if has avx512f && has avx512vl && has avx512dq && has avx512bw; then
+want="${SCRATCH_ISA:-best}"
+if [[ "${want}" != best && "${want}" != avx2 && "${want}" != sse4 ]]; then
+  echo "scratch-build: SCRATCH_ISA is best, avx2 or sse4, not '${want}'" >&2
+  exit 2
+fi
+if [[ "${want}" == best ]] && has avx512f && has avx512vl && has avx512dq && has avx512bw; then
   isa="-march=x86-64-v4 -mpclmul -maes"  # Highway's AVX3
-elif has avx2 && has fma && has f16c && has bmi2; then
+elif [[ "${want}" != sse4 ]] && has avx2 && has fma && has f16c && has bmi2; then
   isa="-march=x86-64-v3 -mpclmul -maes"  # Highway's AVX2
 else
   isa="-march=x86-64-v2 -mpclmul -maes"  # Highway's SSE4
