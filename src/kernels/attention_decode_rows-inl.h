@@ -55,6 +55,8 @@ constexpr bool kDecPaired = std::is_same_v<T, bfloat16>;
 template <typename T>
 HWY_INLINE VF DecLoadVec(DF df, const T* HWY_RESTRICT row, std::int64_t x, std::int64_t d) {
   if constexpr (kDecPaired<T>) {
+    static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                  "element 2l of a block is the low half of word l");
     constexpr auto n = static_cast<std::int64_t>(kDecLanes);
     const std::int64_t b = x - x % (2 * n);
     if (b + 2 * n <= d) {
