@@ -69,6 +69,13 @@ HWY_INLINE VF DecLoadVec(DF df, const T* HWY_RESTRICT row, std::int64_t x, std::
   return LoadWide(df, row + x);
 }
 
+// Whether task t reads its key rows (its value rows with `values`) in pair
+// order: a direct (decode) task whose bfloat16 rows it reads in place
+// (DirectBlockT; rows it converts are float32, in element order).
+HWY_INLINE bool DecRowsPaired(const AttentionParams& p, const AttentionTask& t, bool values) {
+  return t.direct && (values ? t.v_direct : t.k_direct) && p.kv_dtype == DType::kBFloat16;
+}
+
 // v (d floats) from element order into the read order of a row of T
 // (DecLoadVec; to_pairs), or back (!to_pairs).
 template <typename T>

@@ -299,7 +299,8 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
     const TV* HWY_RESTRICT row = rows + c * stride;
     const VF pv = hn::Set(df, pw[c]);
 #pragma GCC unroll 16
-    for (int u = 0; u < kV; ++u) acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, 128), acc[u]);
+    for (int u = 0; u < kV; ++u)
+      acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, kV * n), acc[u]);
   }
 #pragma GCC unroll 16
   for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);

@@ -89,7 +89,7 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
                 (t.sq.q_row0 + t.r0 + x % t.br) * p.q_stride[2],
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
     // bfloat16 key rows read in place are read in pair order (DecLoadVec).
-    if (t.direct && t.k_direct && p.kv_dtype == DType::kBFloat16) {
+    if (DecRowsPaired(p, t, false)) {
       DecPairOrder<bfloat16>(w.q.get() + x * d, d, true);
     }
     const KeyRange kr = visible_keys(p, t.sq.j, TaskPosition(t, t.r0 + x % t.br));
@@ -452,7 +452,7 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
     FoldRowSums(DF(), w, x);
     // The value pass left O in the read order of bfloat16 value rows read
     // in place (DecLoadVec): back to element order.
-    if (t.direct && t.v_direct && p.kv_dtype == DType::kBFloat16) {
+    if (DecRowsPaired(p, t, true)) {
       DecPairOrder<bfloat16>(w.o.get() + x * bl.dp, p.d, false);
     }
   }
