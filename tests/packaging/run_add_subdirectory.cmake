@@ -24,7 +24,8 @@ posbias_pkg_config_args(config_args)
 # the Release ctest stage's 19 minutes in CI (2026-12-03, Zen 3). The main
 # build compiles and tests every target.
 set(_flags "${CXX_FLAGS} -DHWY_COMPILE_ONLY_STATIC=1")
-cmake_host_system_information(RESULT _platform QUERY OS_PLATFORM)  # (cmake -P sets no CMAKE_HOST_SYSTEM_PROCESSOR)
+# (Under cmake -P there is no CMAKE_HOST_SYSTEM_PROCESSOR.)
+cmake_host_system_information(RESULT _platform QUERY OS_PLATFORM)
 if(_platform MATCHES "^(x86_64|AMD64|amd64)$")
   string(APPEND _flags " -march=x86-64-v2 -mpclmul -maes")
 endif()
