@@ -8,28 +8,16 @@
 cmake_minimum_required(VERSION 3.20)  # ctest --test-dir, file(REAL_PATH)
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 posbias_pkg_require(POSBIAS_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER CONFIG
-  JOBS)
+  JOBS ONE_TARGET_FLAGS)
 
 set(consumer_source ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory_consumer)
 set(consumer_build ${WORK_DIR}/consumer-build)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 posbias_pkg_config_args(config_args)
-# The consumer compiles posbias's kernels for one instruction set (Highway's
-# static target, SSE4 on x86-64: HWY_COMPILE_ONLY_STATIC with -march=x86-64-v2
-# -mpclmul -maes, as scripts/scratch-build.sh builds it)
-# instead of every target the main build dispatches to: what this test checks
-# is the subproject's CMake (options, targets, install rules, a shared
-# library a program links and runs), and the full set of kernels took 6.7 of
-# the Release ctest stage's 19 minutes in CI (2026-12-03, Zen 3). The main
-# build compiles and tests every target.
-set(_flags "${CXX_FLAGS} -DHWY_COMPILE_ONLY_STATIC=1")
-# (Under cmake -P there is no CMAKE_HOST_SYSTEM_PROCESSOR.)
-cmake_host_system_information(RESULT _platform QUERY OS_PLATFORM)
-if(_platform MATCHES "^(x86_64|AMD64|amd64)$")
-  string(APPEND _flags " -march=x86-64-v2 -mpclmul -maes")
-endif()
-set(CXX_FLAGS "${_flags}")
+# The consumer compiles posbias's kernels for one instruction set
+# (ONE_TARGET_FLAGS, from CMakeLists.txt beside this script, which says why).
+set(CXX_FLAGS "${CXX_FLAGS} ${ONE_TARGET_FLAGS}")
 posbias_pkg_configure_args(configure_args)
 
 posbias_pkg_step("configure add_subdirectory_consumer (BUILD_SHARED_LIBS=ON)"
