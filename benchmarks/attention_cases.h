@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,14 @@ void set_gflops(CaseResult& r, double flops);
 void set_target(CaseResult& r, const std::string& text, bool met);
 
 // The same-run FMA peak (FmaPeakBaseline): runs interleaved with the cases'
-// rounds (run()), their times kept (record()); judge() gives every case
+// rounds (run()), their times kept: record() for the prefill rounds,
+// record(name, ...) for one case's own rounds. judge() gives every case
 // with a "gflops" the median peak as baseline fma_peak_gflops and its
-// fraction_of_fma_peak (measuring the probe on its own first when no round
-// ran it).
+// fraction_of_fma_peak: the probe runs of its own rounds where it has them
+// (a case timed minutes after the prefill, when the host's neighbours may
+// have left or come, is not judged against the prefill's minute), else the
+// prefill rounds' (measuring the probe on its own first when no round ran
+// it).
 class FmaPeak {
  public:
   // 20 million steps: about 40 ms a run at 100 GFLOP/s per thread (AVX2
@@ -62,13 +67,15 @@ class FmaPeak {
       : probe_(o.quick ? 2000000 : 20000000), warmup_(o.warmup), repetitions_(o.repetitions) {}
   std::function<void()> run();
   void record(const std::vector<double>& times_ms);
+  void record(const std::string& case_name, const std::vector<double>& times_ms);
   void judge(std::vector<CaseResult>& cases);
-  std::string describe() const;  // for the notes
+  std::string describe(const std::string& case_name) const;  // for the case's note
 
  private:
   FmaPeakBaseline probe_;
   int warmup_, repetitions_;
   std::vector<double> gflops_;
+  std::map<std::string, std::vector<double>> own_;  // per case, its own rounds' runs
   bool alone_ = false;  // measured on its own, not in the prefill rounds
 };
 
@@ -80,14 +87,14 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* ggml, const std
 
 // Issue 16's dense options (option_cases.cc): a sliding window, a key
 // mask, soft-capping.
-void option_cases(const BenchOptions& o, std::vector<CaseResult>& out);
+void option_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
 // Issue 16's packed variable-length sequences (varlen_cases.cc), forward
 // and backward.
-void varlen_cases(const BenchOptions& o, std::vector<CaseResult>& out);
+void varlen_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
 // Issue 17's paged KV caches (kvcache_cases.cc): decode and chunked append.
-void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out);
+void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
 // The paged decode case's call on its own (for posbias-attention-loop):
 // sets kv_bytes to the bytes of K and V its cache holds (every block is

@@ -77,23 +77,35 @@ void FmaPeak::record(const std::vector<double>& times_ms) {
   }
 }
 
+void FmaPeak::record(const std::string& case_name, const std::vector<double>& times_ms) {
+  std::vector<double>& runs = own_[case_name];
+  for (double ms : times_ms) {
+    if (ms > 0) runs.push_back(probe_.flops() / (ms * 1e6));
+  }
+}
+
 std::function<void()> FmaPeak::run() {
   return [this] { probe_(); };
 }
 
 void FmaPeak::judge(std::vector<CaseResult>& cases) {
-  // No prefill round ran (--only): the probe's runs on their own.
-  if (gflops_.empty()) {
+  // No prefill round ran (--only) and some case has no runs of its own:
+  // the probe's runs on their own.
+  const bool pooled = std::any_of(cases.begin(), cases.end(), [&](const CaseResult& r) {
+    return r.extra.count("gflops") && !own_.count(r.name);
+  });
+  if (gflops_.empty() && pooled) {
     record(time_interleaved({run()}, warmup_, repetitions_)[0]);
     alone_ = true;
   }
-  const double peak = median(gflops_);
-  // 0 when no run was recorded (as median() gives then).
-  const double best_peak =
-      gflops_.empty() ? 0.0 : *std::max_element(gflops_.begin(), gflops_.end());
   for (CaseResult& r : cases) {
     const auto it = r.extra.find("gflops");
     if (it == r.extra.end()) continue;
+    const auto own = own_.find(r.name);
+    const std::vector<double>& runs = own != own_.end() ? own->second : gflops_;
+    const double peak = median(runs);
+    // 0 when no run was recorded (as median() gives then).
+    const double best_peak = runs.empty() ? 0.0 : *std::max_element(runs.begin(), runs.end());
     r.baselines["fma_peak_gflops"] = peak;
     r.extra["fraction_of_fma_peak"] = peak > 0 ? it->second / peak : 0.0;
     // Fastest round against the probe's fastest: what the kernel does when
@@ -106,11 +118,15 @@ void FmaPeak::judge(std::vector<CaseResult>& cases) {
   }
 }
 
-std::string FmaPeak::describe() const {
-  return "fma_peak_gflops = median of " + std::to_string(gflops_.size()) +
+std::string FmaPeak::describe(const std::string& case_name) const {
+  const auto own = own_.find(case_name);
+  const std::size_t runs = own != own_.end() ? own->second.size() : gflops_.size();
+  const char* where = own != own_.end() ? "interleaved with this case's rounds"
+                      : alone_          ? "on their own (no prefill round ran)"
+                                        : "interleaved with the prefill rounds";
+  return "fma_peak_gflops = median of " + std::to_string(runs) +
          " runs of a register-only FMA loop on all threads (" + probe_.target() + ", " +
-         std::to_string(probe_.vector_bits()) + "-bit vectors), " +
-         (alone_ ? "on their own (no prefill round ran)" : "interleaved with the prefill rounds") +
+         std::to_string(probe_.vector_bits()) + "-bit vectors), " + where +
          "; fraction_of_fma_peak_best = best_gflops (the fastest round) over the probe's fastest "
          "run (the targets are judged on the medians)";
 }
@@ -300,15 +316,15 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
   const std::shared_ptr<GgmlPeer> ggml = GgmlPeer::load(&ggml_why);
   prefill_cases(o, fma, ggml.get(), ggml_why, out);
   decode_cases(o, fma, ggml.get(), ggml_why, out);
-  kvcache_cases(o, out);
-  varlen_cases(o, out);
-  option_cases(o, out);
+  kvcache_cases(o, fma, out);
+  varlen_cases(o, fma, out);
+  option_cases(o, fma, out);
   fma.judge(out);
   // Issue 17's prefill targets, against the FMA peak of this run.
   const std::string shape = "_h16_n" + std::to_string(o.quick ? 512 : 2048) + "_d64";
   for (CaseResult& r : out) {
     if (!r.extra.count("fraction_of_fma_peak")) continue;
-    r.note += "; " + fma.describe();
+    r.note += "; " + fma.describe(r.name);
     const double fraction = r.extra["fraction_of_fma_peak"];
     if (r.name == "attention_alibi_noncausal" + shape) {
       set_target(r, "gflops at least 0.75 of fma_peak_gflops", fraction >= 0.75);

@@ -86,7 +86,8 @@ CaseResult decode_result(const std::string& name, const DecodeInputs& d, std::in
 
 void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std::string& why,
                   std::vector<CaseResult>& out) {
-  (void)fma;  // the decode cases are judged by their reads; judge() adds the peak
+  // (fma: its probe runs in these rounds too; the decode cases are judged by
+  // their reads, the peak is for the record)
   const std::int64_t j = o.quick ? 4096 : 32768;
   const std::string shape = "_n" + std::to_string(j) + "_d128";
   const std::vector<std::string> names = {
@@ -131,7 +132,10 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std
     peer_at[c] = static_cast<int>(calls.size());
     calls.push_back([&call = *g[c].call] { call.run(); });
   }
+  const int probe_at = static_cast<int>(calls.size());
+  calls.push_back(fma.run());
   const auto t = time_interleaved(calls, o.warmup, o.repetitions);
+  for (const std::string& name : names) fma.record(name, t[probe_at]);
   const auto peer_figures = [&](CaseResult& r, int c) {
     if (peer_at[c] >= 0) {
       // ggml's own fraction of the same read (its float16 mask holds

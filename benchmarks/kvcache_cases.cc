@@ -139,7 +139,7 @@ std::vector<std::int64_t> paged_decode_lengths() {
 }
 
 // paged_decode_alibi_b8_h32_hk8_d128_block16.
-void paged_decode_case(const BenchOptions& o, std::vector<CaseResult>& out) {
+void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::string name = "paged_decode_alibi_b8_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
   std::vector<std::int64_t> lengths = paged_decode_lengths();
@@ -154,8 +154,10 @@ void paged_decode_case(const BenchOptions& o, std::vector<CaseResult>& out) {
                                      sink = sink +
                                             stream_read(run.cache.k_cache.raw_data(), bytes / 2) +
                                             stream_read(run.cache.v_cache.raw_data(), bytes / 2);
-                                   }},
+                                   },
+                                   fma.run()},
                                   o.warmup, o.repetitions);
+  fma.record(name, t[3]);
   CaseResult r;
   r.name = name;
   r.median_ms = median(t[0]);
@@ -178,7 +180,7 @@ void paged_decode_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 // paged_append_alibi_b4_i128_h32_hk8_d128_block16: 4 sequences of 8192
 // cached keys, each appending 128 (its keys and values written by
 // kvcache_append, timed on its own as append_ms) and attending with them.
-void paged_append_case(const BenchOptions& o, std::vector<CaseResult>& out) {
+void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::int64_t cached = o.quick ? 1024 : 8192, i = o.quick ? 16 : 128;
   const std::string name = "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
@@ -194,8 +196,10 @@ void paged_append_case(const BenchOptions& o, std::vector<CaseResult>& out) {
   };
   append();
   run.copy_dense();  // the dense calls see the appended keys too
-  const auto t = time_interleaved({[&] { run.paged(); }, [&] { run.contiguous(); }, append},
-                                  o.warmup, o.repetitions);
+  const auto t =
+      time_interleaved({[&] { run.paged(); }, [&] { run.contiguous(); }, append, fma.run()},
+                       o.warmup, o.repetitions);
+  fma.record(name, t[3]);
   CaseResult r;
   r.name = name;
   r.median_ms = median(t[0]);
@@ -215,9 +219,9 @@ void paged_append_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 
 }  // namespace
 
-void kvcache_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
-  paged_decode_case(o, out);
-  paged_append_case(o, out);
+void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+  paged_decode_case(o, fma, out);
+  paged_append_case(o, fma, out);
 }
 
 std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what) {

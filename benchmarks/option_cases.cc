@@ -17,7 +17,7 @@ namespace {
 
 // window_alibi_causal_h4_n16384_d64_w1024: a causal sliding window against
 // the same call without it.
-void window_case(const BenchOptions& o, std::vector<CaseResult>& out) {
+void window_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::int64_t h = 4, d = 64, n = o.quick ? 2048 : 16384, w = o.quick ? 128 : 1024;
   const std::string name =
       "window_alibi_causal_h4_n" + std::to_string(n) + "_d64_w" + std::to_string(w);
@@ -27,10 +27,11 @@ void window_case(const BenchOptions& o, std::vector<CaseResult>& out) {
   const AttentionOptions full = causal_options();
   AttentionOptions windowed = full;
   windowed.window = AttentionWindow{w - 1, 0};
-  const auto t =
-      time_interleaved({[&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, windowed); },
-                        [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, full); }},
-                       o.warmup, o.repetitions);
+  const auto t = time_interleaved(
+      {[&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, windowed); },
+       [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, full); }, fma.run()},
+      o.warmup, o.repetitions);
+  fma.record(name, t[2]);
   CaseResult r;
   r.name = name;
   r.median_ms = median(t[0]);
@@ -45,7 +46,7 @@ void window_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 
 // masked_... and softcap_alibi_causal_h16_n2048_d64: a left-padding key
 // mask and soft-capping, in the same rounds as the plain causal call.
-void mask_softcap_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
+void mask_softcap_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::int64_t h = 16, d = 64, n = o.quick ? 512 : 2048, hidden = n / 4;
   const std::string shape = "_h16_n" + std::to_string(n) + "_d64";
   const std::string masked_name = "masked_alibi_causal" + shape;
@@ -60,11 +61,13 @@ void mask_softcap_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
   for (std::int64_t c = 0; c < n; ++c) mask[c] = c < hidden ? 0 : 1;
   AttentionOptions capped = plain;
   capped.softcap = 30.0f;
-  const auto t =
-      time_interleaved({[&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, masked); },
-                        [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, capped); },
-                        [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, plain); }},
-                       o.warmup, o.repetitions);
+  const auto t = time_interleaved(
+      {[&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, masked); },
+       [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, capped); },
+       [&] { Tensor r = attention_forward(in.q, in.k, in.v, alibi, plain); }, fma.run()},
+      o.warmup, o.repetitions);
+  fma.record(masked_name, t[3]);
+  fma.record(softcap_name, t[3]);
   const double plain_ms = median(t[2]);
   const double per_pair = 4.0 * static_cast<double>(h * d);
   {
@@ -96,9 +99,9 @@ void mask_softcap_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
 
 }  // namespace
 
-void option_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
-  window_case(o, out);
-  mask_softcap_cases(o, out);
+void option_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+  window_case(o, fma, out);
+  mask_softcap_cases(o, fma, out);
 }
 
 }  // namespace posbias::bench

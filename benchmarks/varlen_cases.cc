@@ -102,7 +102,7 @@ std::vector<std::int64_t> varlen_lengths(const BenchOptions& o) {
 
 // varlen_alibi_causal_h8_d64_b8: the packed call against one dense call per
 // sequence and against one right-padded dense batch with a key mask.
-void varlen_forward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
+void varlen_forward_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::string name = "varlen_alibi_causal_h8_d64_b8";
   if (!o.wants(name)) return;
   const PackedBatch p = packed_batch(varlen_lengths(o), 8, 64);
@@ -122,8 +122,9 @@ void varlen_forward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
                                         sequence_view(p.v, p, s), alibi, causal);
          }
        },
-       [&] { Tensor r = attention_forward(pad.q, pad.k, pad.v, alibi, masked); }},
+       [&] { Tensor r = attention_forward(pad.q, pad.k, pad.v, alibi, masked); }, fma.run()},
       o.warmup, o.repetitions);
+  fma.record(name, t[3]);
   CaseResult r;
   r.name = name;
   r.median_ms = median(t[0]);
@@ -144,7 +145,7 @@ void varlen_forward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 
 // varlen_backward_alibi_causal_h8_d64_b8: the packed backward against one
 // dense backward per sequence (each from its own forward's out and lse).
-void varlen_backward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
+void varlen_backward_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::string name = "varlen_backward_alibi_causal_h8_d64_b8";
   if (!o.wants(name)) return;
   const PackedBatch p = packed_batch(varlen_lengths(o), 8, 64);
@@ -170,8 +171,10 @@ void varlen_backward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
                sequence_view(p.q, p, s), sequence_view(p.k, p, s), sequence_view(p.v, p, s), alibi,
                causal, per_fwd[s].out, per_fwd[s].lse, sequence_view(grad_out, p, s));
          }
-       }},
+       },
+       fma.run()},
       o.warmup, o.repetitions);
+  fma.record(name, t[2]);
   CaseResult r;
   r.name = name;
   r.median_ms = median(t[0]);
@@ -191,9 +194,9 @@ void varlen_backward_case(const BenchOptions& o, std::vector<CaseResult>& out) {
 
 }  // namespace
 
-void varlen_cases(const BenchOptions& o, std::vector<CaseResult>& out) {
-  varlen_forward_case(o, out);
-  varlen_backward_case(o, out);
+void varlen_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+  varlen_forward_case(o, fma, out);
+  varlen_backward_case(o, fma, out);
 }
 
 }  // namespace posbias::bench
