@@ -77,6 +77,8 @@ class FmaPeak {
   std::vector<double> gflops_;
   std::map<std::string, std::vector<double>> own_;  // per case, its own rounds' runs
   bool alone_ = false;  // measured on its own, not in the prefill rounds
+  // The probe's GFLOP/s of each timed run (times_ms > 0), appended to runs.
+  void add_runs(std::vector<double>& runs, const std::vector<double>& times_ms) const;
 };
 
 // Decode against a long KV cache (i = 1): multi-head, grouped-query and

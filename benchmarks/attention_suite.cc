@@ -71,17 +71,16 @@ void set_target(CaseResult& r, const std::string& text, bool met) {
   r.target_met = met;
 }
 
-void FmaPeak::record(const std::vector<double>& times_ms) {
-  for (double ms : times_ms) {
-    if (ms > 0) gflops_.push_back(probe_.flops() / (ms * 1e6));
-  }
-}
-
-void FmaPeak::record(const std::string& case_name, const std::vector<double>& times_ms) {
-  std::vector<double>& runs = own_[case_name];
+void FmaPeak::add_runs(std::vector<double>& runs, const std::vector<double>& times_ms) const {
   for (double ms : times_ms) {
     if (ms > 0) runs.push_back(probe_.flops() / (ms * 1e6));
   }
+}
+
+void FmaPeak::record(const std::vector<double>& times_ms) { add_runs(gflops_, times_ms); }
+
+void FmaPeak::record(const std::string& case_name, const std::vector<double>& times_ms) {
+  add_runs(own_[case_name], times_ms);
 }
 
 std::function<void()> FmaPeak::run() {
