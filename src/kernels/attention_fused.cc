@@ -67,6 +67,7 @@
 #include "kernels/attention_decode-inl.h"
 #include "kernels/attention_pack-inl.h"
 #include "kernels/attention_plan-inl.h"
+#include "kernels/attention_skip-inl.h"
 #include "kernels/attention_softmax-inl.h"
 #include "kernels/attention_task-inl.h"
 #include "kernels/decode_prefetch.h"
@@ -88,6 +89,7 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
             t.bb * p.q_stride[0] + (t.hh + x / t.br) * p.q_stride[1] +
                 (t.sq.q_row0 + t.r0 + x % t.br) * p.q_stride[2],
             p.q_stride[3], d, p.scale, w.q.get() + x * d);
+    w.qnorm[static_cast<std::size_t>(x)] = RowNorm(DF(), w.q.get() + x * d, d);
     // bfloat16 key rows read in place are read in pair order (DecLoadVec).
     if (DecRowsPaired(p, t, false)) {
       DecPairOrder<bfloat16>(w.q.get() + x * d, d, true);
@@ -107,10 +109,14 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
     w.pack.kt = allocate_scratch<float>(bl.nkb * d * bl.bkp, "the attention's packed K^T of a head");
     w.pack.v = allocate_scratch<float>(bl.nkb * bl.bk * bl.dp, "the attention's packed V of a head");
     w.pack.ready.assign(static_cast<std::size_t>(bl.nkb), 0);
+    w.pack.kmax.assign(static_cast<std::size_t>(bl.nkb), -1.0f);
+    w.pack.v_finite.assign(static_cast<std::size_t>(bl.nkb), -1);
   }
   if (w.pack.head != t.head) {
     w.pack.head = t.head;
     std::fill(w.pack.ready.begin(), w.pack.ready.end(), 0);
+    std::fill(w.pack.kmax.begin(), w.pack.kmax.end(), -1.0f);
+    std::fill(w.pack.v_finite.begin(), w.pack.v_finite.end(), -1);
   }
 }
 
@@ -176,6 +182,41 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
   }
 }
 
+// What rows [rr, rr + R) of a block reach: the most keys any sees, whether
+// each sees it from its first key, and whether each sees all cols.
+struct TileReach {
+  std::int64_t most = 0;
+  bool from_first = true, whole = true;
+};
+
+template <int R>
+HWY_INLINE TileReach ReachOf(const AttentionWork& w, std::int64_t rr, std::int64_t cols) {
+  TileReach tr;
+  for (std::int64_t x = rr; x < rr + R; ++x) {
+    tr.most = std::max(tr.most, w.lim[static_cast<std::size_t>(x)]);
+    tr.from_first = tr.from_first && w.first[static_cast<std::size_t>(x)] == 0;
+    tr.whole = tr.whole && w.lim[static_cast<std::size_t>(x)] == cols;
+  }
+  return tr;
+}
+
+// Whether ScoreRowTile does the rows' softmax update on its registers
+// (below; else SoftmaxRows follows, which first folds each row's partial
+// sums into its l, so a flushed tile that skips the block folds them too).
+template <int R>
+HWY_INLINE bool SoftmaxOnRegisters(const AttentionParams& p, const AttentionTask& t,
+                                   const TileReach& tr, std::int64_t cols) {
+  // The tile's chunk: kAttnVecs vectors of keys (the 64-key block on
+  // AVX-512, 16 keys on AVX2).
+  const std::int64_t chunk = kAttnVecs * AttnLanes(DF());
+  if (cols % chunk != 0 || p.key_mask != nullptr || !tr.from_first || tr.most <= 0 ||
+      p.bias == FusedBias::kDense || t.nh != 1) {
+    return false;
+  }
+  if (tr.whole && (p.softcap == 0.0f || cols == chunk)) return true;
+  return R == kFwdRows && p.softcap == 0.0f;
+}
+
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the block is whole
 // chunks of the register tile (kAttnVecs vectors of keys) and every row
@@ -193,18 +234,11 @@ HWY_INLINE bool ScoreRowTile(DF df, const AttentionParams& p, const AttentionTas
   const std::int64_t d = p.d, n = AttnLanes(df);
   const AlibiFold fold{w.alibi_off.get() + rr, t.neg_slope};
   float* srow = w.s.get() + rr * cols;
-  std::int64_t most = 0;
-  bool from_first = true, whole = true;
-  for (std::int64_t x = rr; x < rr + R; ++x) {
-    most = std::max(most, w.lim[static_cast<std::size_t>(x)]);
-    from_first = from_first && w.first[static_cast<std::size_t>(x)] == 0;
-    whole = whole && w.lim[static_cast<std::size_t>(x)] == cols;
-  }
-  // The tile's chunk: kAttnVecs vectors of keys (the 64-key block on
-  // AVX-512, 16 keys on AVX2).
+  const TileReach tr = ReachOf<R>(w, rr, cols);
+  const std::int64_t most = tr.most;
+  const bool whole = tr.whole;
   const std::int64_t chunk = kAttnVecs * n;
-  if (cols % chunk == 0 && p.key_mask == nullptr && from_first && most > 0 &&
-      p.bias != FusedBias::kDense && t.nh == 1) {
+  if (SoftmaxOnRegisters<R>(p, t, tr, cols)) {  // every branch below returns true
     float* m = w.m.get() + rr;
     float* l = w.l.get() + rr;
     float* lv = w.lv.get() + rr * n;
@@ -303,6 +337,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
              std::int64_t kb0, std::int64_t kb1, AttentionWork& w) {
   const DF df;
   StartTask(p, bl, t, w);
+  const bool skips = SkipsFlushedTiles(p, bl, t);
   const std::int64_t first = FirstKeyBlock(bl, t, kb0, kb1);
   for (std::int64_t step = 0; step < kb1 - kb0; ++step) {
     const std::int64_t kb = step <= first - kb0 ? first - step : kb0 + step;
@@ -318,6 +353,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       continue;
     }
     const KeyBlockOperands op = PackedKeyBlock(p, bl, t, kb, max_lim, cols, w);
+    const FlushedBlockTest flushed(df, p, t, kb, t.use_pack ? bc : max_lim, op, skips, w);
     // Software-pipelined by one tile: a tile's P V goes after the next
     // tile's scores and softmax, so that its FMAs do not wait on its own
     // softmax's chain (max, compare, exp, store) and the next tile's score
@@ -328,6 +364,12 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     std::int64_t pending = -1;  // rows [pending, pending + kFwdRows) await P V
     ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
       constexpr int R = decltype(rows_tag)::value;
+      if (flushed(rr, R)) {  // the same bits as its products, even l's rounding
+        if (!SoftmaxOnRegisters<R>(p, t, ReachOf<R>(w, rr, cols), cols)) {
+          for (std::int64_t x = rr; x < rr + R; ++x) FoldRowSums(df, w, x);
+        }
+        return;
+      }
       if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))
         SoftmaxRows(df, p, t, c0, cols, rr, rr + R, w);
       if (pending >= 0) PVRowTile<kFwdRows>(df, p, bl, op, pending, cols, w);

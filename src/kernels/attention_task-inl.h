@@ -40,6 +40,9 @@ struct AttentionBlocking {
   // row is read once for all of them rather than once per query head.
   std::int64_t hg;
   bool pack_heads;  // share one K^T / V packing per (batch, kv head)
+  // Flushed tiles skip their blocks (attention_skip-inl.h); off with
+  // POSBIAS_FLUSHED_TILES=0 in the environment, read at each call.
+  bool skip_flushed = true;
 };
 
 // Most rows (query heads x query rows) of one decode task.
@@ -61,6 +64,11 @@ struct AttentionHeadPack {
   std::int64_t head = -1;                    // b * hk + kv head, -1: none
   hwy::AlignedFreeUniquePtr<float[]> kt, v;  // [nkb][d][bkp], [nkb * bk][dp]
   std::vector<char> ready;                   // per key block
+  // Per key block, for the flushed tiles (attention_skip-inl.h): the
+  // largest key norm (-1: not yet known) and whether V is finite (-1: not
+  // yet known, else 0 or 1).
+  std::vector<float> kmax;
+  std::vector<signed char> v_finite;
 };
 
 struct AttentionWork {
@@ -69,6 +77,7 @@ struct AttentionWork {
   // sums, kept unreduced: l of the row is l + the sum of its lanes).
   hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
+  std::vector<float> qnorm;              // per row: |q| of its scaled row (attention_skip-inl.h)
   // Per row: its distance-table entries from the block's first key (the
   // score tile's table bias; null where the row sees none of the block).
   std::vector<const float*> table_rows;
@@ -91,6 +100,7 @@ struct AttentionWork {
         lv(allocate_scratch<float>(bq * static_cast<std::int64_t>(hn::MaxLanes(DF())), kWhat)),
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
+        qnorm(static_cast<std::size_t>(bq)),
         table_rows(static_cast<std::size_t>(bq)),
         vis_begin(static_cast<std::size_t>(bq)),
         vis_end(static_cast<std::size_t>(bq)),
