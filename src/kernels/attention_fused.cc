@@ -332,12 +332,14 @@ std::int64_t FirstKeyBlock(const AttentionBlocking& bl, const AttentionTask& t, 
 // and its P V product in turn (the P V one tile later), while its rows of
 // S are in L1 (all the rows'
 // scores first, then all the softmax, then all of P V sent the 64 KB of S
-// through L2 twice).
+// through L2 twice). A tile whose rows a bound proves get p = 0 from every
+// key of the block skips it (attention_skip-inl.h: the same bits).
 void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const AttentionTask& t,
              std::int64_t kb0, std::int64_t kb1, AttentionWork& w) {
   const DF df;
   StartTask(p, bl, t, w);
   const bool skips = SkipsFlushedTiles(p, bl, t);
+  std::int64_t skipped = 0;
   const std::int64_t first = FirstKeyBlock(bl, t, kb0, kb1);
   for (std::int64_t step = 0; step < kb1 - kb0; ++step) {
     const std::int64_t kb = step <= first - kb0 ? first - step : kb0 + step;
@@ -364,10 +366,12 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     std::int64_t pending = -1;  // rows [pending, pending + kFwdRows) await P V
     ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
       constexpr int R = decltype(rows_tag)::value;
-      if (flushed(rr, R)) {  // the same bits as its products, even l's rounding
+      bool seen = false;
+      if (flushed(rr, R, seen)) {  // the same bits as its products, even l's rounding
         if (!SoftmaxOnRegisters<R>(p, t, ReachOf<R>(w, rr, cols), cols)) {
           for (std::int64_t x = rr; x < rr + R; ++x) FoldRowSums(df, w, x);
         }
+        skipped += seen ? 1 : 0;
         return;
       }
       if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))
@@ -382,6 +386,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     });
     if (pending >= 0) PVRowTile<kFwdRows>(df, p, bl, op, pending, cols, w);
   }
+  if (skipped > 0) count_flushed_tiles(skipped);
 }
 
 // log-sum-exp of a row from its softmax state (max m, sum l of exp(s - m)).
@@ -641,6 +646,16 @@ namespace posbias::detail {
 
 HWY_EXPORT(Run);
 HWY_EXPORT(SoftmaxExp);
+
+namespace {
+std::atomic<std::int64_t> flushed_tiles{0};
+}  // namespace
+
+std::int64_t flushed_tiles_skipped() { return flushed_tiles.load(std::memory_order_relaxed); }
+
+void count_flushed_tiles(std::int64_t tiles) {
+  flushed_tiles.fetch_add(tiles, std::memory_order_relaxed);
+}
 
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(SoftmaxExp)(kind, x, out, n);

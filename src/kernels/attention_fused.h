@@ -27,6 +27,13 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 //   kFlushed:     ExpFlushed (0 below -40 and for NaN; x above 88 as 88).
 //   kSafe:        SafeExp (ExpFlushed, but NaN stays NaN).
 //   kSoftcapTanh: SoftcapTanh, the soft-cap's tanh built on SafeExp.
+// Tiles of query rows that skipped a key block of which they see some key,
+// every p exactly 0 (attention_skip-inl.h), counted over the process's
+// calls: the results are the same bits either way, so this is how the
+// tests see the skip.
+std::int64_t flushed_tiles_skipped();
+void count_flushed_tiles(std::int64_t tiles);
+
 enum class SoftmaxExpKind : std::uint8_t { kUnclamped, kFlushed, kSafe, kSoftcapTanh };
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n);
 

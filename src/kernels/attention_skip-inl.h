@@ -110,13 +110,17 @@ HWY_INLINE bool ValueRowsFinite(DF df, const T* HWY_RESTRICT v, std::int64_t ld,
 // scores each of them more than 41 below its running maximum (the bound
 // above): kmax is the block's largest key norm, w.qnorm the rows' scaled q
 // norms, w.alibi_off their ALiBi anchors less the block's first key (with
-// `alibi`).
+// `alibi`). `seen`: whether any row sees a key of the block (a tile of
+// rows that see none, above a causal diagonal or outside a window, has
+// nothing to compute either).
 HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std::int64_t rr,
-                            std::int64_t rows, float kmax, bool alibi) {
+                            std::int64_t rows, float kmax, bool alibi, bool& seen) {
+  seen = false;
   for (std::int64_t x = rr; x < rr + rows; ++x) {
     const auto i = static_cast<std::size_t>(x);
     const std::int64_t first = w.first[i], lim = w.lim[i];
     if (lim <= first) continue;  // sees none of the block
+    seen = true;
     const double m = w.m[x];
     const double dot = static_cast<double>(w.qnorm[i]) * static_cast<double>(kmax) * (1.0 + 1e-3);
     double bias = 0.0;
@@ -158,9 +162,11 @@ class FlushedBlockTest {
     }
   }
 
-  // Whether rows [rr, rr + rows) of the task skip the block.
-  bool operator()(std::int64_t rr, std::int64_t rows) const {
-    if (!on_ || !TileFlushed(t_, w_, rr, rows, kmax_, t_.alibi_fold)) return false;
+  // Whether rows [rr, rr + rows) of the task skip the block; `seen`:
+  // whether any of them sees a key of it.
+  bool operator()(std::int64_t rr, std::int64_t rows, bool& seen) const {
+    seen = false;
+    if (!on_ || !TileFlushed(t_, w_, rr, rows, kmax_, t_.alibi_fold, seen)) return false;
     if (v_finite_ < 0) {
       v_finite_ = ValuesFinite() ? 1 : 0;
       if (t_.use_pack) w_.pack.v_finite[kb_] = v_finite_;

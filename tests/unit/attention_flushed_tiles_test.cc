@@ -1,0 +1,254 @@
+// Flushed tiles (src/kernels/attention_skip-inl.h): a tile of query rows
+// skips a key block where a bound proves every p = exp(s - m) is exactly 0.
+// The results must keep every bit of the computation without the skip
+// (POSBIAS_FLUSHED_TILES=0), out and lse, over the layouts and options the
+// blocked path takes; the skip must happen where ALiBi's steep heads put
+// whole blocks far below the diagonal (the kernel's counter), and never for
+// a block whose V holds a NaN or an infinity, whose K holds a NaN, or where
+// the skip is not allowed (soft-cap, a distance table).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "kernels/attention_fused.h"
+#include "posbias/attention.h"
+#include "test_util.h"
+
+namespace posbias {
+namespace {
+
+using test::Shape;
+
+Tensor ints(const Shape& shape, const std::vector<std::int64_t>& v) {
+  return Tensor::from_vector(shape, std::vector<float>(v.begin(), v.end())).to(DType::kInt32);
+}
+
+// One forward (out and lse, as float vectors) with the skip on or off, and
+// how many tiles skipped a block in it.
+struct Run {
+  std::vector<float> out, lse;
+  std::int64_t skipped = 0;
+};
+
+using Forward = std::function<AttentionForwardResult()>;
+
+Run RunWith(const Forward& f, bool skip) {
+  if (skip) {
+    unsetenv("POSBIAS_FLUSHED_TILES");
+  } else {
+    setenv("POSBIAS_FLUSHED_TILES", "0", 1);
+  }
+  const std::int64_t before = detail::flushed_tiles_skipped();
+  const AttentionForwardResult r = f();
+  Run run;
+  run.skipped = detail::flushed_tiles_skipped() - before;
+  unsetenv("POSBIAS_FLUSHED_TILES");
+  run.out = r.out.to_float_vector();
+  if (r.lse.numel() > 0) run.lse = r.lse.to_float_vector();
+  return run;
+}
+
+enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
+
+// The call with and without the skip: the same bits; `skip` says whether
+// the call must skip some block, must not, or may.
+void ExpectSameBits(const std::string& what, const Forward& f, Skip skip) {
+  SCOPED_TRACE(what);
+  const Run on = RunWith(f, true);
+  const Run off = RunWith(f, false);
+  EXPECT_EQ(off.skipped, 0);
+  if (skip == Skip::kMust) {
+    EXPECT_GT(on.skipped, 0);
+  } else if (skip == Skip::kMustNot) {
+    EXPECT_EQ(on.skipped, 0);
+  }
+  test::expect_bits_equal(on.out, off.out, what + " out");
+  test::expect_bits_equal(on.lse, off.lse, what + " lse");
+}
+
+Forward Dense(const Tensor& q, const Tensor& k, const Tensor& v, AttentionBias bias,
+              AttentionOptions opt) {
+  return [=] { return attention_forward_lse(q, k, v, bias, opt); };
+}
+
+// Steep ALiBi heads (slopes 0.5 to 4) beside flat ones.
+std::vector<float> MixedSlopes(std::int64_t h) {
+  const float pick[] = {2.0f, 0.03f, 4.0f, 0.5f, 1.0f, 0.25f};
+  std::vector<float> s;
+  for (std::int64_t x = 0; x < h; ++x) s.push_back(pick[x % 6]);
+  return s;
+}
+
+TEST(AttentionFlushedTiles, DenseCallsKeepEveryBit) {
+  struct Case {
+    std::int64_t b, h, hk, i, j, d;
+    bool causal;
+    AttentionWindow window;
+    DType dtype, kv_dtype;
+    bool mask;
+  };
+  const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  const Case cases[] = {
+      {1, 2, 2, 700, 700, 64, false, {}, f32, f32, false},
+      {1, 3, 3, 1000, 1000, 40, true, {}, f32, f32, false},  // d not whole vectors
+      {1, 2, 2, 600, 900, 128, false, {300, 200}, f32, f32, false},
+      {1, 2, 2, 500, 500, 64, false, {-1, 100}, f32, f32, false},
+      // Window edges send tiles through SoftmaxRows, which folds the rows'
+      // partial sums into l: a skipped tile must fold them too.
+      {1, 4, 4, 1000, 1000, 128, false, {300, 200}, f32, f32, false},
+      {1, 1, 1, 1000, 1000, 64, false, {300, -1}, f32, f32, false},
+      {1, 4, 2, 520, 520, 64, true, {}, f32, f32, false},  // grouped-query prefill
+      {2, 2, 2, 400, 700, 32, false, {}, f32, f32, true},  // key mask: V packed
+      {1, 2, 2, 700, 700, 64, true, {}, f32, bf16, false},
+      {1, 2, 2, 700, 700, 64, false, {}, f32, f16, false},
+      {1, 2, 2, 700, 700, 80, true, {}, bf16, bf16, false},
+      {1, 2, 2, 300, 1300, 64, false, {}, f16, f16, false},
+  };
+  std::uint32_t seed = 100;
+  for (const Case& c : cases) {
+    seed += 10;
+    Tensor q = test::random_tensor({c.b, c.h, c.i, c.d}, seed);
+    Tensor k = test::random_tensor({c.b, c.hk, c.j, c.d}, seed + 1);
+    Tensor v = test::random_tensor({c.b, c.hk, c.j, c.d}, seed + 2);
+    if (c.dtype != f32) q = q.to(c.dtype);
+    if (c.kv_dtype != f32) {
+      k = k.to(c.kv_dtype);
+      v = v.to(c.kv_dtype);
+    }
+    AttentionOptions opt;
+    opt.causal = c.causal;
+    opt.window = c.window;
+    if (c.mask) {
+      std::vector<float> m(static_cast<std::size_t>(c.b * c.j), 1.0f);
+      for (std::int64_t x = 0; x < 37; ++x) m[static_cast<std::size_t>(c.j + x)] = 0.0f;
+      opt.key_mask = Tensor::from_vector({c.b, c.j}, m).to(DType::kUInt8);
+    }
+    const std::string what = "b " + std::to_string(c.b) + " h " + std::to_string(c.h) + " hk " +
+                             std::to_string(c.hk) + " i " + std::to_string(c.i) + " j " +
+                             std::to_string(c.j) + " d " + std::to_string(c.d);
+    ExpectSameBits(what, Dense(q, k, v, AttentionBias::alibi(MixedSlopes(c.h)), opt), Skip::kMust);
+    // A negative slope (the bias grows with distance: the blocks nearest
+    // the rows may be flushed once the far ones set the maximum) and no
+    // bias (these scores are within a few units of each other: nothing is).
+    std::vector<float> negative(static_cast<std::size_t>(c.h), -0.05f);
+    ExpectSameBits(what + " negative slopes", Dense(q, k, v, AttentionBias::alibi(negative), opt),
+                   Skip::kMay);
+    ExpectSameBits(what + " no bias", Dense(q, k, v, AttentionBias::none(), opt), Skip::kMustNot);
+  }
+}
+
+TEST(AttentionFlushedTiles, PackedAndCachedCallsKeepEveryBit) {
+  const std::int64_t h = 2, d = 64;
+  const AttentionBias alibi = AttentionBias::alibi(MixedSlopes(h));
+  // A packed batch of three sequences (FlashAttention's varlen layout).
+  const std::vector<std::int64_t> lens = {300, 900, 700};
+  const std::int64_t total = 1900;
+  const Tensor q = test::random_tensor({total, h, d}, 7);
+  const Tensor k = test::random_tensor({total, h, d}, 8);
+  const Tensor v = test::random_tensor({total, h, d}, 9);
+  const Tensor cu = ints({4}, {0, 300, 1200, 1900});
+  for (const bool causal : {false, true}) {
+    AttentionOptions opt;
+    opt.causal = causal;
+    ExpectSameBits(
+        "varlen causal " + std::to_string(causal),
+        [=] {
+          AttentionForwardResult r;
+          r.out = attention_varlen_forward(q, k, v, cu, cu, alibi, opt);
+          return r;
+        },
+        Skip::kMust);
+  }
+  // A paged cache: 2 sequences of 800 and 1000 keys appending 64 queries
+  // each, in blocks of 16 rows handed out in reverse.
+  const std::int64_t bs = 16, max_blocks = 63, blocks = 2 * max_blocks;
+  const Tensor kc = test::random_tensor({blocks, bs, h, d}, 10);
+  const Tensor vc = test::random_tensor({blocks, bs, h, d}, 11);
+  std::vector<std::int64_t> table;
+  for (std::int64_t x = 0; x < blocks; ++x) table.push_back(blocks - 1 - x);
+  const Tensor bt = ints({2, max_blocks}, table);
+  const Tensor seqlens = ints({2}, {800, 1000});
+  const Tensor qc = test::random_tensor({2, 64, h, d}, 12);
+  ExpectSameBits(
+      "paged append",
+      [=] {
+        AttentionForwardResult r;
+        r.out = attention_kvcache_forward(qc, kc, vc, seqlens, bt, alibi, AttentionOptions{});
+        return r;
+      },
+      Skip::kMust);
+}
+
+// A NaN or infinity in a far block's V reaches the rows through 0 * NaN in
+// the products (as in PyTorch's softmax(s) v): that block is computed; a
+// NaN in a far key makes the rows' scores NaN. Either way the same bits,
+// and NaN rows.
+TEST(AttentionFlushedTiles, NonFiniteFarBlocksAreComputed) {
+  const std::int64_t h = 1, n = 800, d = 64;
+  const std::vector<float> steep = {2.0f};
+  for (const bool in_k : {false, true}) {
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), test::kInf}) {
+      if (in_k && !std::isnan(bad)) continue;
+      std::vector<float> kv = test::random_tensor({1, h, n, d}, 21).to_float_vector();
+      kv[static_cast<std::size_t>(5 * d + 3)] = bad;  // key 5: far from rows past ~100
+      const Tensor q = test::random_tensor({1, h, n, d}, 20);
+      const Tensor other = test::random_tensor({1, h, n, d}, 22);
+      const Tensor changed = Tensor::from_vector({1, h, n, d}, kv);
+      const Tensor& k = in_k ? changed : other;
+      const Tensor& v = in_k ? other : changed;
+      const std::string what = std::string(in_k ? "k" : "v") + " holds " + std::to_string(bad);
+      ExpectSameBits(what, Dense(q, k, v, AttentionBias::alibi(steep), AttentionOptions{}),
+                     Skip::kMust);
+      const std::vector<float> out =
+          attention_forward(q, k, v, AttentionBias::alibi(steep)).to_float_vector();
+      EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(700 * d + 3)]))
+          << what;  // row 700, element 3
+    }
+  }
+}
+
+// Where the skip is not allowed (soft-cap; a distance table, whose largest
+// value over a block is not at hand) nothing is skipped.
+TEST(AttentionFlushedTiles, SoftcapAndTablesDoNotSkip) {
+  const std::int64_t h = 2, n = 700, d = 64;
+  const Tensor q = test::random_tensor({1, h, n, d}, 30);
+  const Tensor k = test::random_tensor({1, h, n, d}, 31);
+  const Tensor v = test::random_tensor({1, h, n, d}, 32);
+  AttentionOptions capped;
+  capped.softcap = 30.0;
+  ExpectSameBits("softcap", Dense(q, k, v, AttentionBias::alibi(MixedSlopes(h)), capped),
+                 Skip::kMustNot);
+  std::vector<float> table(static_cast<std::size_t>(h * (2 * n + 1)));
+  for (std::size_t x = 0; x < table.size(); ++x) table[x] = -0.5f * static_cast<float>(x % 97);
+  const AttentionBias tb =
+      AttentionBias::distance_table(Tensor::from_vector({h, 2 * n + 1}, table));
+  ExpectSameBits("table", Dense(q, k, v, tb, AttentionOptions{}), Skip::kMustNot);
+}
+
+// The skipping call against the reference formula, steep slopes.
+TEST(AttentionFlushedTiles, SteepAlibiMatchesTheReference) {
+  const std::int64_t h = 6, n = 900, d = 48;
+  const Tensor q = test::random_tensor({1, h, n, d}, 40, -2.0f, 2.0f);
+  const Tensor k = test::random_tensor({1, h, n, d}, 41, -2.0f, 2.0f);
+  const Tensor v = test::random_tensor({1, h, n, d}, 42);
+  const AttentionBias alibi = AttentionBias::alibi(MixedSlopes(h));
+  for (const bool causal : {false, true}) {
+    AttentionOptions opt;
+    opt.causal = causal;
+    const std::int64_t before = detail::flushed_tiles_skipped();
+    const std::vector<float> got = attention_forward(q, k, v, alibi, opt).to_float_vector();
+    EXPECT_GT(detail::flushed_tiles_skipped(), before);
+    test::expect_close(got, attention_reference(q, k, v, alibi, opt).to_float_vector(),
+                       "causal " + std::to_string(causal), 2e-6, 2e-5);
+  }
+}
+
+}  // namespace
+}  // namespace posbias
