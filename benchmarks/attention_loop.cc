@@ -14,7 +14,8 @@
 // (decode_gqa's values with K and V laid out [1, j, hk, d], a key
 // position's kv heads side by side as in a paged cache: its tasks hold
 // several kv heads, as the paged decode's do), prefill_causal,
-// prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), paged_decode (the
+// prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), prefill_nobias
+// (prefill_causal without a bias), paged_decode (the
 // bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the
 // calls made and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
@@ -47,6 +48,7 @@ struct LoopCase {
   DType kv_dtype;
   bool causal;
   bool slab = false;  // K and V as [1, j, hk, d] (viewed as [1, hk, j, d])
+  bool alibi = true;  // else no bias
 };
 
 const std::map<std::string, LoopCase>& loop_cases() {
@@ -60,6 +62,7 @@ const std::map<std::string, LoopCase>& loop_cases() {
       {"decode_bf16", {32, 32, 1, 32768, 128, DType::kBFloat16, true}},
       {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},
       {"prefill_noncausal", {16, 16, 2048, 2048, 64, DType::kFloat32, false}},
+      {"prefill_nobias", {16, 16, 2048, 2048, 64, DType::kFloat32, true, false, false}},
   };
   return cases;
 }
@@ -130,7 +133,7 @@ int main(int argc, char** argv) {
       in.k = in.k.transpose(1, 2).contiguous_copy().transpose(1, 2);
       in.v = in.v.transpose(1, 2).contiguous_copy().transpose(1, 2);
     }
-    bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
+    if (c.alibi) bias = posbias::AttentionBias::alibi(posbias::alibi_slopes(c.h));
     opt.causal = c.causal;
     call = [&] { posbias::Tensor out = posbias::attention_forward(in.q, in.k, in.v, bias, opt); };
     try {
