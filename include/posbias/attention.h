@@ -150,7 +150,14 @@ struct AttentionOptions {
 /// it rounds the scores to the ulp of slope * j). Causal key blocks
 /// entirely above the diagonal are skipped; only blocks that cross it are
 /// masked element by element. Masked keys are never read for a row, so a
-/// NaN in a masked key or value does not reach it.
+/// NaN in a masked key or value does not reach it. With ALiBi or no bias
+/// (no soft-cap), a tile of query rows also skips a key block where a bound
+/// (|q| max|k| plus the block's largest bias) proves every weight
+/// exp(score - row max) below e^-40, which the kernel flushes to exactly 0:
+/// the far blocks of ALiBi's steep heads. The results keep every bit, and a
+/// block whose values hold a NaN or an infinity is never skipped.
+/// POSBIAS_FLUSHED_TILES=0 in the environment turns the skip off (read at
+/// each call).
 ///
 /// Numerics: inputs are converted to float32 (exactly) and everything is
 /// accumulated in float32; a 16-bit output is rounded once. Agrees with

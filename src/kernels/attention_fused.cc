@@ -79,7 +79,6 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-
 // The task's query rows times scale into w.q, and a fresh softmax state.
 void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const AttentionTask& t,
                AttentionWork& w) {
@@ -106,8 +105,10 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
   std::fill(w.o.get(), w.o.get() + t.rows * bl.dp, 0.0f);
   if (!t.use_pack) return;
   if (!w.pack.kt) {
-    w.pack.kt = allocate_scratch<float>(bl.nkb * d * bl.bkp, "the attention's packed K^T of a head");
-    w.pack.v = allocate_scratch<float>(bl.nkb * bl.bk * bl.dp, "the attention's packed V of a head");
+    w.pack.kt =
+        allocate_scratch<float>(bl.nkb * d * bl.bkp, "the attention's packed K^T of a head");
+    w.pack.v =
+        allocate_scratch<float>(bl.nkb * bl.bk * bl.dp, "the attention's packed V of a head");
     w.pack.ready.assign(static_cast<std::size_t>(bl.nkb), 0);
     w.pack.kmax.assign(static_cast<std::size_t>(bl.nkb), -1.0f);
     w.pack.v_finite.assign(static_cast<std::size_t>(bl.nkb), -1);
@@ -354,8 +355,34 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, w);
       continue;
     }
+    BlockRowBias(p, t, c0, w);
+    const FlushedBlockTest flushed(p, t, kb, c0, t.use_pack ? bc : max_lim, skips, w);
+    // A tile the test passes skips the block with the same bits as its
+    // products, even l's rounding: where SoftmaxRows would have run, it
+    // folds the rows' partial sums.
+    const auto skip_tile = [&](auto rows_tag, std::int64_t rr, bool seen) {
+      constexpr int R = decltype(rows_tag)::value;
+      if (!SoftmaxOnRegisters<R>(p, t, ReachOf<R>(w, rr, cols), cols)) {
+        for (std::int64_t x = rr; x < rr + R; ++x) FoldRowSums(df, w, x);
+      }
+      skipped += seen ? 1 : 0;
+    };
+    if (skips) {  // a block that every tile skips is not packed either
+      bool all = true;
+      ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
+        bool seen = false;
+        all = all && flushed(rr, decltype(rows_tag)::value, seen);
+      });
+      if (all) {
+        ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
+          bool seen = false;
+          (void)flushed(rr, decltype(rows_tag)::value, seen);
+          skip_tile(rows_tag, rr, seen);
+        });
+        continue;
+      }
+    }
     const KeyBlockOperands op = PackedKeyBlock(p, bl, t, kb, max_lim, cols, w);
-    const FlushedBlockTest flushed(df, p, t, kb, t.use_pack ? bc : max_lim, op, skips, w);
     // Software-pipelined by one tile: a tile's P V goes after the next
     // tile's scores and softmax, so that its FMAs do not wait on its own
     // softmax's chain (max, compare, exp, store) and the next tile's score
@@ -367,11 +394,8 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
       constexpr int R = decltype(rows_tag)::value;
       bool seen = false;
-      if (flushed(rr, R, seen)) {  // the same bits as its products, even l's rounding
-        if (!SoftmaxOnRegisters<R>(p, t, ReachOf<R>(w, rr, cols), cols)) {
-          for (std::int64_t x = rr; x < rr + R; ++x) FoldRowSums(df, w, x);
-        }
-        skipped += seen ? 1 : 0;
+      if (flushed(rr, R, seen)) {
+        skip_tile(rows_tag, rr, seen);
         return;
       }
       if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))
@@ -507,9 +531,8 @@ void RunOneTask(const AttentionParams& p, const AttentionBlocking& bl,
     const std::size_t at = static_cast<std::size_t>(task * rows_per_task);
     std::copy(w.m.get(), w.m.get() + t.rows, parts.m.begin() + static_cast<std::ptrdiff_t>(at));
     std::copy(w.l.get(), w.l.get() + t.rows, parts.l.begin() + static_cast<std::ptrdiff_t>(at));
-    std::copy(
-        w.o.get(), w.o.get() + t.rows * bl.dp,
-        parts.o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(bl.dp)));
+    std::copy(w.o.get(), w.o.get() + t.rows * bl.dp,
+              parts.o.begin() + static_cast<std::ptrdiff_t>(at * static_cast<std::size_t>(bl.dp)));
     return;
   }
   for (std::int64_t x = 0; x < t.rows; ++x) {

@@ -176,9 +176,29 @@ struct KeyBlockOperands {
   std::int64_t ldv = 0;
 };
 
+// The rows' ALiBi anchors less the block's first key c0 (w.alibi_off), or
+// their distance-table rows from it (w.table_rows), for the score tile and
+// the flushed tiles' test.
+HWY_INLINE void BlockRowBias(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                             AttentionWork& w) {
+  if (p.bias == FusedBias::kAlibi) {  // the score tile's ALiBi (QKRows or QKSoftmaxTile)
+    for (std::int64_t rr = 0; rr < t.br; ++rr) {
+      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
+      w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
+    }
+  } else if (p.bias == FusedBias::kTable) {  // QKSoftmaxTile's table (one query head here)
+    for (std::int64_t rr = 0; rr < t.br; ++rr) {
+      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
+      w.table_rows[static_cast<std::size_t>(rr)] =
+          w.lim[static_cast<std::size_t>(rr)] > 0
+              ? p.rtable + t.hh * p.rtable_stride + table_index(p, c0 - qpos)
+              : nullptr;
+    }
+  }
+}
+
 // Blocked: K^T and V of key block kb, from the head's shared packing or
-// packed here for this block; and the rows' ALiBi anchors for the score
-// tile.
+// packed here for this block.
 KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlocking& bl,
                                 const AttentionTask& t, std::int64_t kb, std::int64_t max_lim,
                                 std::int64_t cols, AttentionWork& w) {
@@ -198,20 +218,6 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
   if (!t.use_pack || !w.pack.ready[static_cast<std::size_t>(kb)]) {
     PackKeyBlock(p, t, dp, c0, keys, ld, kt, vp, w.row.get());
     if (t.use_pack) w.pack.ready[static_cast<std::size_t>(kb)] = 1;
-  }
-  if (p.bias == FusedBias::kAlibi) {  // the score tile's ALiBi (QKRows or QKSoftmaxTile)
-    for (std::int64_t rr = 0; rr < t.br; ++rr) {
-      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
-      w.alibi_off[rr] = static_cast<float>(AlibiAnchor(qpos, true) - c0);  // exact: |.| < 2^24
-    }
-  } else if (p.bias == FusedBias::kTable) {  // QKSoftmaxTile's table (one query head here)
-    for (std::int64_t rr = 0; rr < t.br; ++rr) {
-      const std::int64_t qpos = TaskPosition(t, t.r0 + rr);
-      w.table_rows[static_cast<std::size_t>(rr)] =
-          w.lim[static_cast<std::size_t>(rr)] > 0
-              ? p.rtable + t.hh * p.rtable_stride + table_index(p, c0 - qpos)
-              : nullptr;
-    }
   }
   if (t.v_in_place) {
     const std::int64_t at = t.v_base + c0 * p.v_stride[2];

@@ -28,6 +28,7 @@
 #define POSBIAS_SRC_KERNELS_ATTENTION_SKIP_INL_H_
 #endif
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -37,7 +38,7 @@
 #include <limits>
 
 #include "kernels/attention_blocks-inl.h"
-#include "kernels/attention_pack-inl.h"
+#include "kernels/attention_pack-inl.h"  // KeyRowAt, PackRow
 #include "kernels/attention_params.h"
 #include "kernels/attention_task-inl.h"
 
@@ -70,40 +71,92 @@ HWY_INLINE float RowNorm(DF df, const float* HWY_RESTRICT x, std::int64_t n) {
   return std::sqrt(sum);
 }
 
-// The largest |k| among the columns of a packed K^T block (d rows of ld
-// floats, ld whole vectors; columns past the block's keys are zero); NaN
-// if any column's sum of squares is NaN.
-HWY_INLINE float KeyBlockMaxNorm(DF df, const float* HWY_RESTRICT kt, std::int64_t d,
-                                 std::int64_t ld) {
-  const std::int64_t lanes = AttnLanes(df);
-  VF most = hn::Zero(df);
-  bool nan = false;
-  for (std::int64_t c = 0; c < ld; c += lanes) {
-    VF acc = hn::Zero(df);
-    for (std::int64_t x = 0; x < d; ++x) {
-      const VF v = hn::Load(df, kt + x * ld + c);
-      acc = hn::MulAdd(v, v, acc);
-    }
-    nan = nan || !hn::AllFalse(df, hn::IsNaN(acc));
-    most = hn::Max(most, acc);
-  }
-  if (nan) return std::numeric_limits<float>::quiet_NaN();
-  return std::sqrt(hn::GetLane(hn::MaxOfLanes(df, most)));
+// The row of key (or value) c0 + c + 8 into the caches, when it is in the
+// block and its elements are contiguous: the rows lie a kv head's stride
+// apart (4 KiB and more), where the hardware's prefetchers lose them.
+HWY_INLINE void PrefetchRowAhead(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
+                                 std::int64_t c, std::int64_t keys, bool values) {
+  constexpr std::int64_t kAhead = 24;
+  if (c + kAhead >= keys || (values ? p.v_stride[3] : p.k_stride[3]) != 1) return;
+  const char* row =
+      static_cast<const char*>(values ? p.v : p.k) +
+      static_cast<std::size_t>(KeyRowAt(p, t, c0 + c + kAhead, values)) * dtype_size(p.kv_dtype);
+  const std::int64_t bytes = p.d * static_cast<std::int64_t>(dtype_size(p.kv_dtype));
+  for (std::int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(row + b);
 }
 
-// Whether rows [0, keys) of value rows ld elements apart are finite in
-// their first n elements (n whole vectors).
-template <typename T>
-HWY_INLINE bool ValueRowsFinite(DF df, const T* HWY_RESTRICT v, std::int64_t ld, std::int64_t keys,
-                                std::int64_t n) {
-  const std::int64_t lanes = AttnLanes(df);
-  auto finite = hn::FirstN(df, hn::Lanes(df));
-  for (std::int64_t c = 0; c < keys; ++c) {
-    for (std::int64_t x = 0; x < n; x += lanes) {
-      finite = hn::And(finite, hn::IsFinite(LoadWide(df, v + c * ld + x)));
+// Row c of the block's keys (values with `values`) read where it is, in
+// its dtype: f(v) for each vector of its d elements widened to float32 (d
+// whole vectors and contiguous elements), else through the d floats of
+// `row` (PackRow), then f over its vectors and `tail` over the rest.
+template <class F, class Tail>
+HWY_INLINE void ScanRow(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t c,
+                        bool values, float* HWY_RESTRICT row, const F& f, const Tail& tail) {
+  const std::int64_t lanes = AttnLanes(df), d = p.d;
+  const void* base = values ? p.v : p.k;
+  const std::int64_t at = KeyRowAt(p, t, c, values),
+                     stride = values ? p.v_stride[3] : p.k_stride[3];
+  if (stride == 1 && d % lanes == 0) {
+    const auto scan = [&](const auto* src) {
+      for (std::int64_t x = 0; x < d; x += lanes) f(LoadWide(df, src + x));
+    };
+    switch (p.kv_dtype) {
+      case DType::kBFloat16:
+        scan(static_cast<const bfloat16*>(base) + at);
+        return;
+      case DType::kFloat16:
+        scan(static_cast<const float16*>(base) + at);
+        return;
+      default:
+        scan(static_cast<const float*>(base) + at);
+        return;
     }
   }
-  return hn::AllTrue(df, finite);
+  PackRow(base, p.kv_dtype, at, stride, d, 1.0f, row);
+  std::int64_t x = 0;
+  for (; x + lanes <= d; x += lanes) f(hn::LoadU(df, row + x));
+  for (; x < d; ++x) tail(row[x]);
+}
+
+// The largest |k| among the block's keys [c0, c0 + keys) that are not
+// masked, read where they are (any dtype, stride, dense or paged layout);
+// NaN if any is NaN.
+HWY_INLINE float KeyRowsMaxNorm(DF df, const AttentionParams& p, const AttentionTask& t,
+                                std::int64_t c0, std::int64_t keys, const AttentionWork& w,
+                                float* HWY_RESTRICT row) {
+  VF most = hn::Zero(df);
+  bool nan = false;
+  for (std::int64_t c = 0; c < keys; ++c) {
+    PrefetchRowAhead(p, t, c0, c, keys, false);
+    if (p.key_mask != nullptr && w.keep[c] == 0.0f) continue;
+    VF acc = hn::Zero(df);
+    float rest = 0.0f;
+    ScanRow(
+        df, p, t, c0 + c, false, row, [&](VF v) { acc = hn::MulAdd(v, v, acc); },
+        [&](float x) { rest += x * x; });
+    const VF sum = hn::Add(hn::SumOfLanes(df, acc), hn::Set(df, rest));
+    nan = nan || !hn::AllFalse(df, hn::IsNaN(sum));
+    most = hn::Max(most, sum);
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  return std::sqrt(hn::GetLane(most));
+}
+
+// Whether the block's value rows [c0, c0 + keys) that are not masked are
+// finite, read as KeyRowsMaxNorm reads the keys.
+HWY_INLINE bool ValueRowsFinite(DF df, const AttentionParams& p, const AttentionTask& t,
+                                std::int64_t c0, std::int64_t keys, const AttentionWork& w,
+                                float* HWY_RESTRICT row) {
+  auto finite = hn::FirstN(df, hn::Lanes(df));
+  bool rest = true;
+  for (std::int64_t c = 0; c < keys; ++c) {
+    PrefetchRowAhead(p, t, c0, c, keys, true);
+    if (p.key_mask != nullptr && w.keep[c] == 0.0f) continue;
+    ScanRow(
+        df, p, t, c0 + c, true, row, [&](VF v) { finite = hn::And(finite, hn::IsFinite(v)); },
+        [&](float x) { rest = rest && std::isfinite(x); });
+  }
+  return rest && hn::AllTrue(df, finite);
 }
 
 // Whether every row of [rr, rr + rows) that sees any key of the block
@@ -140,25 +193,20 @@ HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std:
   return true;
 }
 
-// The flushed-tile test of one key block (`keys` keys: the whole block
-// where the head's packing is shared, else the rows' largest limit): its
-// largest key norm found once per packing, its values' finiteness looked
-// at only when a tile would skip, both kept in the head's packing when it
-// is shared.
+// The flushed-tile test of one key block [c0, c0 + keys) (the whole block
+// where the head's packing is shared, else up to the rows' largest limit),
+// before the block is packed: its largest key norm and its values'
+// finiteness are looked at only when a tile would skip without them
+// (kept in the head's packing when it is shared). The rows' ALiBi anchors
+// (BlockRowBias) are set for the block.
 class FlushedBlockTest {
  public:
-  FlushedBlockTest(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t kb,
-                   std::int64_t keys, const KeyBlockOperands& op, bool on, AttentionWork& w)
-      : p_(p), t_(t), op_(op), w_(w), keys_(keys), on_(on) {
-    if (!on_) return;
-    if (t.use_pack) {
-      kb_ = static_cast<std::size_t>(kb);
-      float& kmax = w.pack.kmax[kb_];
-      if (kmax < 0.0f) kmax = KeyBlockMaxNorm(df, op.kt, p.d, op.ld);  // NaN stays NaN
-      kmax_ = kmax;
+  FlushedBlockTest(const AttentionParams& p, const AttentionTask& t, std::int64_t kb,
+                   std::int64_t c0, std::int64_t keys, bool on, AttentionWork& w)
+      : p_(p), t_(t), w_(w), kb_(static_cast<std::size_t>(kb)), c0_(c0), keys_(keys), on_(on) {
+    if (on_ && t.use_pack) {
+      kmax_ = w.pack.kmax[kb_];
       v_finite_ = w.pack.v_finite[kb_];
-    } else {
-      kmax_ = KeyBlockMaxNorm(df, op.kt, p.d, op.ld);
     }
   }
 
@@ -166,37 +214,32 @@ class FlushedBlockTest {
   // whether any of them sees a key of it.
   bool operator()(std::int64_t rr, std::int64_t rows, bool& seen) const {
     seen = false;
-    if (!on_ || !TileFlushed(t_, w_, rr, rows, kmax_, t_.alibi_fold, seen)) return false;
+    if (!on_) return false;
+    const bool alibi = t_.alibi_fold;
+    // No key norm helps a tile that fails the bound with q . k <= 0.
+    if (!TileFlushed(t_, w_, rr, rows, 0.0f, alibi, seen)) return false;
+    if (kmax_ == kUnknown) {
+      kmax_ = KeyRowsMaxNorm(DF(), p_, t_, c0_, keys_, w_, w_.row.get());
+      if (t_.use_pack) w_.pack.kmax[kb_] = kmax_;
+    }
+    if (!TileFlushed(t_, w_, rr, rows, kmax_, alibi, seen)) return false;
     if (v_finite_ < 0) {
-      v_finite_ = ValuesFinite() ? 1 : 0;
+      v_finite_ = ValueRowsFinite(DF(), p_, t_, c0_, keys_, w_, w_.row.get()) ? 1 : 0;
       if (t_.use_pack) w_.pack.v_finite[kb_] = v_finite_;
     }
     return v_finite_ == 1;
   }
 
- private:
-  bool ValuesFinite() const {
-    const DF df;
-    if (op_.v_rows == nullptr)
-      return ValueRowsFinite(df, op_.vp, AttnRoundUp(df, p_.d), keys_, AttnRoundUp(df, p_.d));
-    switch (p_.kv_dtype) {  // in place: d is whole vectors
-      case DType::kBFloat16:
-        return ValueRowsFinite(df, static_cast<const bfloat16*>(op_.v_rows), op_.ldv, keys_, p_.d);
-      case DType::kFloat16:
-        return ValueRowsFinite(df, static_cast<const float16*>(op_.v_rows), op_.ldv, keys_, p_.d);
-      default:
-        return ValueRowsFinite(df, static_cast<const float*>(op_.v_rows), op_.ldv, keys_, p_.d);
-    }
-  }
+  static constexpr float kUnknown = -1.0f;
 
+ private:
   const AttentionParams& p_;
   const AttentionTask& t_;
-  const KeyBlockOperands& op_;
   AttentionWork& w_;
-  std::int64_t keys_;
+  std::size_t kb_;
+  std::int64_t c0_, keys_;
   bool on_;
-  std::size_t kb_ = 0;
-  float kmax_ = 0.0f;
+  mutable float kmax_ = kUnknown;
   mutable signed char v_finite_ = -1;
 };
 
