@@ -183,41 +183,6 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
   }
 }
 
-// What rows [rr, rr + R) of a block reach: the most keys any sees, whether
-// each sees it from its first key, and whether each sees all cols.
-struct TileReach {
-  std::int64_t most = 0;
-  bool from_first = true, whole = true;
-};
-
-template <int R>
-HWY_INLINE TileReach ReachOf(const AttentionWork& w, std::int64_t rr, std::int64_t cols) {
-  TileReach tr;
-  for (std::int64_t x = rr; x < rr + R; ++x) {
-    tr.most = std::max(tr.most, w.lim[static_cast<std::size_t>(x)]);
-    tr.from_first = tr.from_first && w.first[static_cast<std::size_t>(x)] == 0;
-    tr.whole = tr.whole && w.lim[static_cast<std::size_t>(x)] == cols;
-  }
-  return tr;
-}
-
-// Whether ScoreRowTile does the rows' softmax update on its registers
-// (below; else SoftmaxRows follows, which first folds each row's partial
-// sums into its l, so a flushed tile that skips the block folds them too).
-template <int R>
-HWY_INLINE bool SoftmaxOnRegisters(const AttentionParams& p, const AttentionTask& t,
-                                   const TileReach& tr, std::int64_t cols) {
-  // The tile's chunk: kAttnVecs vectors of keys (the 64-key block on
-  // AVX-512, 16 keys on AVX2).
-  const std::int64_t chunk = kAttnVecs * AttnLanes(DF());
-  if (cols % chunk != 0 || p.key_mask != nullptr || !tr.from_first || tr.most <= 0 ||
-      p.bias == FusedBias::kDense || t.nh != 1) {
-    return false;
-  }
-  if (tr.whole && (p.softcap == 0.0f || cols == chunk)) return true;
-  return R == kFwdRows && p.softcap == 0.0f;
-}
-
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on
 // the causal diagonal that halves the product). Where the block is whole
 // chunks of the register tile (kAttnVecs vectors of keys) and every row
