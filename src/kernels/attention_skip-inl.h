@@ -85,13 +85,13 @@ HWY_INLINE bool SoftmaxOnRegisters(const AttentionParams& p, const AttentionTask
 }
 
 // Whether the task's tiles may skip flushed blocks: the blocked path with
-// no bias or ALiBi added by the score tile (no soft-cap, table or dense
-// bias, whose largest value over a block is not at hand), unless the
-// call's plan turned it off.
+// no bias or ALiBi, soft-capped or not (not a table or a dense bias, whose
+// largest value over a block is not at hand), unless the call's plan
+// turned it off.
 HWY_INLINE bool SkipsFlushedTiles(const AttentionParams& p, const AttentionBlocking& bl,
                                   const AttentionTask& t) {
   if (!bl.skip_flushed || t.direct || t.nh != 1) return false;
-  return t.alibi_fold || (p.bias == FusedBias::kNone && p.softcap == 0.0f);
+  return p.bias == FusedBias::kNone || p.bias == FusedBias::kAlibi;
 }
 
 // |x| of a float32 row of n elements; NaN if any element is NaN.
@@ -200,11 +200,13 @@ HWY_INLINE bool ValueRowsFinite(DF df, const AttentionParams& p, const Attention
 // scores each of them more than 41 below its running maximum (the bound
 // above): kmax is the block's largest key norm, w.qnorm the rows' scaled q
 // norms, w.alibi_off their ALiBi anchors less the block's first key (with
-// `alibi`). `seen`: whether any row sees a key of the block (a tile of
-// rows that see none, above a causal diagonal or outside a window, has
+// `alibi`); with a soft-cap (> 0) the capped q . k, cap tanh(q . k / cap),
+// is at most min(bound, cap) (and a non-finite bound is no bound: 0 inf
+// is a NaN score). `seen`: whether any row sees a key of the block (a tile
+// of rows that see none, above a causal diagonal or outside a window, has
 // nothing to compute either).
 HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std::int64_t rr,
-                            std::int64_t rows, float kmax, bool alibi, bool& seen) {
+                            std::int64_t rows, float kmax, bool alibi, float softcap, bool& seen) {
   seen = false;
   for (std::int64_t x = rr; x < rr + rows; ++x) {
     const auto i = static_cast<std::size_t>(x);
@@ -212,7 +214,9 @@ HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std:
     if (lim <= first) continue;  // sees none of the block
     seen = true;
     const double m = w.m[x];
-    const double dot = static_cast<double>(w.qnorm[i]) * static_cast<double>(kmax) * (1.0 + 1e-3);
+    double dot = static_cast<double>(w.qnorm[i]) * static_cast<double>(kmax) * (1.0 + 1e-3);
+    if (!std::isfinite(dot)) return false;
+    if (softcap > 0.0f) dot = std::min(dot, static_cast<double>(softcap));
     double bias = 0.0;
     if (alibi) {
       const double off = w.alibi_off[x];
@@ -252,14 +256,14 @@ class FlushedBlockTest {
   bool operator()(std::int64_t rr, std::int64_t rows, bool& seen) const {
     seen = false;
     if (!on_) return false;
-    const bool alibi = t_.alibi_fold;
+    const bool alibi = p_.bias == FusedBias::kAlibi;
     // No key norm helps a tile that fails the bound with q . k <= 0.
-    if (!TileFlushed(t_, w_, rr, rows, 0.0f, alibi, seen)) return false;
+    if (!TileFlushed(t_, w_, rr, rows, 0.0f, alibi, p_.softcap, seen)) return false;
     if (kmax_ == kUnknown) {
       kmax_ = KeyRowsMaxNorm(DF(), p_, t_, c0_, keys_, w_, w_.row.get());
       if (t_.use_pack) w_.pack.kmax[kb_] = kmax_;
     }
-    if (!TileFlushed(t_, w_, rr, rows, kmax_, alibi, seen)) return false;
+    if (!TileFlushed(t_, w_, rr, rows, kmax_, alibi, p_.softcap, seen)) return false;
     if (v_finite_ < 0) {
       v_finite_ = ValueRowsFinite(DF(), p_, t_, c0_, keys_, w_, w_.row.get()) ? 1 : 0;
       if (t_.use_pack) w_.pack.v_finite[kb_] = v_finite_;

@@ -5,7 +5,7 @@
 // blocked path takes; the skip must happen where ALiBi's steep heads put
 // whole blocks far below the diagonal (the kernel's counter), and never for
 // a block whose V holds a NaN or an infinity, whose K holds a NaN, or where
-// the skip is not allowed (soft-cap, a distance table).
+// the skip is not allowed (a distance table).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -214,17 +214,39 @@ TEST(AttentionFlushedTiles, NonFiniteFarBlocksAreComputed) {
   }
 }
 
-// Where the skip is not allowed (soft-cap; a distance table, whose largest
-// value over a block is not at hand) nothing is skipped.
-TEST(AttentionFlushedTiles, SoftcapAndTablesDoNotSkip) {
+// A soft-capped score is at most min(bound, cap): the skip holds (and a
+// key row with an infinity, whose norm bounds nothing, is never skipped:
+// 0 * inf in q . k is a NaN score). A distance table's largest value over a
+// block is not at hand: nothing is skipped.
+TEST(AttentionFlushedTiles, SoftcapSkipsAndTablesDoNot) {
   const std::int64_t h = 2, n = 700, d = 64;
   const Tensor q = test::random_tensor({1, h, n, d}, 30);
   const Tensor k = test::random_tensor({1, h, n, d}, 31);
   const Tensor v = test::random_tensor({1, h, n, d}, 32);
+  for (const bool causal : {false, true}) {
+    AttentionOptions capped;
+    capped.softcap = 30.0;
+    capped.causal = causal;
+    ExpectSameBits("softcap causal " + std::to_string(causal),
+                   Dense(q, k, v, AttentionBias::alibi(MixedSlopes(h)), capped), Skip::kMust);
+    capped.softcap = 0.5;
+    ExpectSameBits("softcap 0.5 causal " + std::to_string(causal),
+                   Dense(q, k, v, AttentionBias::alibi(MixedSlopes(h)), capped), Skip::kMust);
+  }
+  // q with a zero where key 5 holds an infinity: q . k is NaN there.
+  std::vector<float> qv = q.to_float_vector(), kv = k.to_float_vector();
+  for (std::int64_t r = 0; r < n; ++r) qv[static_cast<std::size_t>(r * d + 7)] = 0.0f;
+  kv[static_cast<std::size_t>(5 * d + 7)] = test::kInf;
+  const Tensor qz = Tensor::from_vector({1, h, n, d}, qv),
+               kinf = Tensor::from_vector({1, h, n, d}, kv);
   AttentionOptions capped;
   capped.softcap = 30.0;
-  ExpectSameBits("softcap", Dense(q, k, v, AttentionBias::alibi(MixedSlopes(h)), capped),
-                 Skip::kMustNot);
+  ExpectSameBits("softcap, inf key",
+                 Dense(qz, kinf, v, AttentionBias::alibi(MixedSlopes(h)), capped), Skip::kMay);
+  const std::vector<float> out =
+      attention_forward(qz, kinf, v, AttentionBias::alibi(MixedSlopes(h)), capped)
+          .to_float_vector();
+  EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(600 * d)]));  // head 0, row 600
   std::vector<float> table(static_cast<std::size_t>(h * (2 * n + 1)));
   for (std::size_t x = 0; x < table.size(); ++x) table[x] = -0.5f * static_cast<float>(x % 97);
   const AttentionBias tb =
