@@ -151,11 +151,12 @@ struct AttentionOptions {
 /// entirely above the diagonal are skipped; only blocks that cross it are
 /// masked element by element. Masked keys are never read for a row, so a
 /// NaN in a masked key or value does not reach it. With ALiBi or no bias
-/// (no soft-cap), a tile of query rows also skips a key block where a bound
-/// (|q| max|k| plus the block's largest bias) proves every weight
-/// exp(score - row max) below e^-40, which the kernel flushes to exactly 0:
-/// the far blocks of ALiBi's steep heads. The results keep every bit, and a
-/// block whose values hold a NaN or an infinity is never skipped.
+/// (soft-capped or not), a tile of query rows also skips a key block where
+/// a bound (|q| max|k|, or the cap, plus the block's largest bias) proves
+/// every score more than 40 below the row's running maximum, where the
+/// kernel's exp is exactly 0: the far blocks of ALiBi's steep heads. The
+/// results keep every bit, and a block whose values hold a NaN or an
+/// infinity is never skipped.
 /// POSBIAS_FLUSHED_TILES=0 in the environment turns the skip off (read at
 /// each call).
 ///
