@@ -7,6 +7,7 @@
 // a block whose V holds a NaN or an infinity, whose K holds a NaN, or where
 // the skip is not allowed (a distance table).
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -57,20 +58,27 @@ Run RunWith(const Forward& f, bool skip) {
 
 enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
 
-// The call with and without the skip: the same bits; `skip` says whether
-// the call must skip some block, must not, or may.
+// The call with and without the skip, on every instruction set Highway
+// compiled and this CPU has (their tiles and softmax paths differ): the
+// same bits; `skip` says whether the call must skip some block, must not,
+// or may.
 void ExpectSameBits(const std::string& what, const Forward& f, Skip skip) {
   SCOPED_TRACE(what);
-  const Run on = RunWith(f, true);
-  const Run off = RunWith(f, false);
-  EXPECT_EQ(off.skipped, 0);
-  if (skip == Skip::kMust) {
-    EXPECT_GT(on.skipped, 0);
-  } else if (skip == Skip::kMustNot) {
-    EXPECT_EQ(on.skipped, 0);
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    const Run on = RunWith(f, true);
+    const Run off = RunWith(f, false);
+    hwy::SetSupportedTargetsForTest(0);
+    EXPECT_EQ(off.skipped, 0);
+    if (skip == Skip::kMust) {
+      EXPECT_GT(on.skipped, 0);
+    } else if (skip == Skip::kMustNot) {
+      EXPECT_EQ(on.skipped, 0);
+    }
+    test::expect_bits_equal(on.out, off.out, what + " out");
+    test::expect_bits_equal(on.lse, off.lse, what + " lse");
   }
-  test::expect_bits_equal(on.out, off.out, what + " out");
-  test::expect_bits_equal(on.lse, off.lse, what + " lse");
 }
 
 Forward Dense(const Tensor& q, const Tensor& k, const Tensor& v, AttentionBias bias,
