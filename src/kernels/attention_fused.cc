@@ -110,13 +110,13 @@ void StartTask(const AttentionParams& p, const AttentionBlocking& bl, const Atte
     w.pack.v =
         allocate_scratch<float>(bl.nkb * bl.bk * bl.dp, "the attention's packed V of a head");
     w.pack.ready.assign(static_cast<std::size_t>(bl.nkb), 0);
-    w.pack.kmax.assign(static_cast<std::size_t>(bl.nkb), -1.0f);
+    w.pack.kmax.assign(static_cast<std::size_t>(bl.nkb), FlushedBlockTest::kUnknown);
     w.pack.v_finite.assign(static_cast<std::size_t>(bl.nkb), -1);
   }
   if (w.pack.head != t.head) {
     w.pack.head = t.head;
     std::fill(w.pack.ready.begin(), w.pack.ready.end(), 0);
-    std::fill(w.pack.kmax.begin(), w.pack.kmax.end(), -1.0f);
+    std::fill(w.pack.kmax.begin(), w.pack.kmax.end(), FlushedBlockTest::kUnknown);
     std::fill(w.pack.v_finite.begin(), w.pack.v_finite.end(), -1);
   }
 }
@@ -325,25 +325,23 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     // A tile the test passes skips the block with the same bits as its
     // products, even l's rounding: where SoftmaxRows would have run, it
     // folds the rows' partial sums.
-    const auto skip_tile = [&](auto rows_tag, std::int64_t rr, bool seen) {
+    const auto fold_skipped = [&](auto rows_tag, std::int64_t rr) {
       constexpr int R = decltype(rows_tag)::value;
       if (!SoftmaxOnRegisters<R>(p, t, ReachOf<R>(w, rr, cols), cols)) {
         for (std::int64_t x = rr; x < rr + R; ++x) FoldRowSums(df, w, x);
       }
-      skipped += seen ? 1 : 0;
     };
     if (skips) {  // a block that every tile skips is not packed either
       bool all = true;
+      std::int64_t seen_tiles = 0;
       ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
         bool seen = false;
         all = all && flushed(rr, decltype(rows_tag)::value, seen);
+        seen_tiles += seen ? 1 : 0;
       });
       if (all) {
-        ForRowTiles<kFwdRows>(t.br, [&](auto rows_tag, std::int64_t rr) {
-          bool seen = false;
-          (void)flushed(rr, decltype(rows_tag)::value, seen);
-          skip_tile(rows_tag, rr, seen);
-        });
+        ForRowTiles<kFwdRows>(t.br, fold_skipped);
+        skipped += seen_tiles;
         continue;
       }
     }
@@ -360,7 +358,8 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       constexpr int R = decltype(rows_tag)::value;
       bool seen = false;
       if (flushed(rr, R, seen)) {
-        skip_tile(rows_tag, rr, seen);
+        fold_skipped(rows_tag, rr);
+        skipped += seen ? 1 : 0;
         return;
       }
       if (!ScoreRowTile<R>(df, p, t, op, rr, cols, w))

@@ -21,12 +21,6 @@ void fused_attention(const AttentionParams& p);
 void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
                              std::int64_t splits);
 
-// The kernels' exp (attention_exp-inl.h) over n values x, into out (for
-// tests; best instruction set, or the one SetSupportedTargetsForTest left).
-//   kUnclamped:   ExpUnclamped, for x <= 88 or NaN (0 below -40).
-//   kFlushed:     ExpFlushed (0 below -40 and for NaN; x above 88 as 88).
-//   kSafe:        SafeExp (ExpFlushed, but NaN stays NaN).
-//   kSoftcapTanh: SoftcapTanh, the soft-cap's tanh built on SafeExp.
 // Tiles of query rows that skipped a key block of which they see some key,
 // every p exactly 0 (attention_skip-inl.h), counted over the process's
 // calls: the results are the same bits either way, so this is how the
@@ -34,6 +28,12 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 std::int64_t flushed_tiles_skipped();
 void count_flushed_tiles(std::int64_t tiles);
 
+// The kernels' exp (attention_exp-inl.h) over n values x, into out (for
+// tests; best instruction set, or the one SetSupportedTargetsForTest left).
+//   kUnclamped:   ExpUnclamped, for x <= 88 or NaN (0 below -40).
+//   kFlushed:     ExpFlushed (0 below -40 and for NaN; x above 88 as 88).
+//   kSafe:        SafeExp (ExpFlushed, but NaN stays NaN).
+//   kSoftcapTanh: SoftcapTanh, the soft-cap's tanh built on SafeExp.
 enum class SoftmaxExpKind : std::uint8_t { kUnclamped, kFlushed, kSafe, kSoftcapTanh };
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n);
 

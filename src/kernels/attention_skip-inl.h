@@ -108,7 +108,7 @@ HWY_INLINE float RowNorm(DF df, const float* HWY_RESTRICT x, std::int64_t n) {
   return std::sqrt(sum);
 }
 
-// The row of key (or value) c0 + c + 8 into the caches, when it is in the
+// The row of key (or value) c0 + c + 24 into the caches, when it is in the
 // block and its elements are contiguous: the rows lie a kv head's stride
 // apart (4 KiB and more), where the hardware's prefetchers lose them.
 HWY_INLINE void PrefetchRowAhead(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
