@@ -103,6 +103,11 @@ void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
 // one of the sequences') and what to the inputs' description.
 std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what);
 
+// The paged append case's call on its own (for posbias-attention-loop),
+// or with `contiguous` its baseline (the dense calls on contiguous copies);
+// sets what to the inputs' description.
+std::function<void()> paged_append_call(bool contiguous, std::string& what);
+
 }  // namespace posbias::bench
 
 #endif  // POSBIAS_BENCHMARKS_ATTENTION_CASES_H_

@@ -16,7 +16,9 @@
 // several kv heads, as the paged decode's do), prefill_causal,
 // prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), prefill_nobias
 // (prefill_causal without a bias), paged_decode (the
-// bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call). Prints the
+// bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call), paged_append
+// and paged_append_contiguous (the paged_append_alibi_b4_i128_h32_hk8_d128_block16
+// call and its baseline, the dense calls on contiguous copies). Prints the
 // calls made and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
 // in L2 or L3 shows the kernel's arithmetic rate without the memory).
@@ -71,7 +73,7 @@ int usage() {
   std::cerr
       << "usage: posbias-attention-loop CASE [--seconds S] [--keys J] [--target NAME]; cases:";
   for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
-  std::cerr << " paged_decode (no --keys)\n";
+  std::cerr << " paged_decode paged_append paged_append_contiguous (no --keys)\n";
   return 2;
 }
 
@@ -79,12 +81,14 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc % 2 != 0) return usage();
-  const bool paged = std::string(argv[1]) == "paged_decode";
+  // The paged cases' inputs are the bench's (kvcache_cases.cc), not a LoopCase.
+  const std::string name = argv[1];
+  const bool paged =
+      name == "paged_decode" || name == "paged_append" || name == "paged_append_contiguous";
   const auto it = loop_cases().find(argv[1]);
   if (it == loop_cases().end() && !paged) return usage();
   double seconds = 10;
   std::string target;  // empty: the best this CPU has
-  // The paged case's inputs are the bench's (kvcache_cases.cc), not a LoopCase.
   LoopCase c = paged ? LoopCase{} : it->second;
   for (int a = 2; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
@@ -124,8 +128,11 @@ int main(int argc, char** argv) {
   AttentionInputs in;
   posbias::AttentionBias bias;
   posbias::AttentionOptions opt;
-  if (paged) {
+  if (name == "paged_decode") {
     call = posbias::bench::paged_decode_call(kv_bytes, what);
+    call();  // warm-up
+  } else if (paged) {
+    call = posbias::bench::paged_append_call(name == "paged_append_contiguous", what);
     call();  // warm-up
   } else {
     in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);

@@ -177,6 +177,28 @@ void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   out.push_back(r);
 }
 
+// The paged append case's inputs: 4 sequences of `cached` keys to which
+// kvcache_append (append()) writes i new keys and values each, the dense
+// copies made after it.
+struct AppendRun {
+  KvCacheRun run;
+  Tensor k_new, v_new, before;
+  AppendRun(std::int64_t cached, std::int64_t i)
+      : run(std::vector<std::int64_t>(4, cached + i), i, false),  // copies after the append
+        k_new(random_tensor({4, i, kKvHeads, kDim}, 34)),
+        v_new(random_tensor({4, i, kKvHeads, kDim}, 35)),
+        before(Tensor::empty({4}, DType::kInt32)) {
+    std::fill(before.mutable_data<std::int32_t>(), before.mutable_data<std::int32_t>() + 4,
+              static_cast<std::int32_t>(cached));
+    append();
+    run.copy_dense();  // the dense calls see the appended keys too
+  }
+  void append() {
+    kvcache_append(run.cache.k_cache, run.cache.v_cache, before, run.cache.block_table, k_new,
+                   v_new);
+  }
+};
+
 // paged_append_alibi_b4_i128_h32_hk8_d128_block16: 4 sequences of 8192
 // cached keys, each appending 128 (its keys and values written by
 // kvcache_append, timed on its own as append_ms) and attending with them.
@@ -184,21 +206,11 @@ void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   const std::int64_t cached = o.quick ? 1024 : 8192, i = o.quick ? 16 : 128;
   const std::string name = "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
-  KvCacheRun run(std::vector<std::int64_t>(4, cached + i), i, false);  // copies after the append
-  const Tensor k_new = random_tensor({4, i, kKvHeads, kDim}, 34);
-  const Tensor v_new = random_tensor({4, i, kKvHeads, kDim}, 35);
-  Tensor before = Tensor::empty({4}, DType::kInt32);
-  std::fill(before.mutable_data<std::int32_t>(), before.mutable_data<std::int32_t>() + 4,
-            static_cast<std::int32_t>(cached));
-  const auto append = [&] {
-    kvcache_append(run.cache.k_cache, run.cache.v_cache, before, run.cache.block_table, k_new,
-                   v_new);
-  };
-  append();
-  run.copy_dense();  // the dense calls see the appended keys too
-  const auto t =
-      time_interleaved({[&] { run.paged(); }, [&] { run.contiguous(); }, append, fma.run()},
-                       o.warmup, o.repetitions);
+  AppendRun ar(cached, i);
+  const KvCacheRun& run = ar.run;
+  const auto t = time_interleaved(
+      {[&] { run.paged(); }, [&] { run.contiguous(); }, [&] { ar.append(); }, fma.run()},
+      o.warmup, o.repetitions);
   fma.record(name, t[3]);
   CaseResult r;
   r.name = name;
@@ -233,6 +245,18 @@ std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what
          std::to_string(kDim) + ", cache lengths";
   for (const std::int64_t len : lengths) what += " " + std::to_string(len);
   return [run] { run->paged(); };
+}
+
+std::function<void()> paged_append_call(bool contiguous, std::string& what) {
+  constexpr std::int64_t kCached = 8192, kNew = 128;
+  auto ar = std::make_shared<AppendRun>(kCached, kNew);
+  what = std::string(contiguous ? "dense calls with q_offset on contiguous copies"
+                                : "paged k and v float32, block " + std::to_string(kBlock)) +
+         ", 4 sequences of " + std::to_string(kCached) + " cached keys appending " +
+         std::to_string(kNew) + " queries, h " + std::to_string(kHeads) + ", hk " +
+         std::to_string(kKvHeads) + ", d " + std::to_string(kDim);
+  if (contiguous) return [ar] { ar->run.contiguous(); };
+  return [ar] { ar->run.paged(); };
 }
 
 }  // namespace posbias::bench
