@@ -79,9 +79,9 @@ HWY_INLINE void TransposeSquare(DF df, const float* const* src, std::int64_t x, 
 // a store per element); returns the keys done (a multiple of the lanes;
 // every column of d, the last d % kLanes element by element).
 std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                                std::int64_t keys, std::int64_t ld, float* kt) {
+                                std::int64_t keys, std::int64_t ld, bool far, float* kt) {
 #ifndef POSBIAS_TRANSPOSE_SQUARE
-  (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)kt;
+  (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)far, (void)kt;
   return 0;
 #else
   {
@@ -91,10 +91,25 @@ std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t
     const std::int64_t d = p.d;
     const float* k = static_cast<const float*>(p.k);
     std::int64_t c = 0;
-    for (; c + n <= keys; c += n) {
-      const float* rows[kN];
+    const float* rows[kN];
+    const float* next[kN];
+    const auto rows_at = [&](std::int64_t c1, const float** out) {
       for (std::size_t u = 0; u < kN; ++u) {
-        rows[u] = k + KeyRowAt(p, t, c0 + c + static_cast<std::int64_t>(u), false);
+        out[u] = k + KeyRowAt(p, t, c0 + c1 + static_cast<std::int64_t>(u), false);
+      }
+    };
+    if (n <= keys) rows_at(0, next);
+    for (; c + n <= keys; c += n) {
+      std::copy(next, next + kN, rows);
+      if (c + 2 * n <= keys) {
+        rows_at(c + n, next);
+        // Rows a page apart (a paged cache): the next group's lines into
+        // the caches while this one is transposed.
+        if (far) {
+          for (std::size_t u = 0; u < kN; ++u) {
+            for (std::int64_t b = 0; b < d; b += 16) hwy::Prefetch(next[u] + b);
+          }
+        }
       }
       std::int64_t x = 0;
       for (; x + n <= d; x += n) {
@@ -134,21 +149,20 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   // Float32 keys in place, no key mask: K^T by register transposes, so
   // only V (where it is packed) and the last keys go row by row.
   const bool transposed =
-      p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1 && p.key_mask == nullptr && !far;
-  const std::int64_t done = transposed ? PackKeysTransposed(p, t, c0, keys, ld, kt) : 0;
+      p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1 && p.key_mask == nullptr;
+  const std::int64_t done = transposed ? PackKeysTransposed(p, t, c0, keys, ld, far, kt) : 0;
+  // The rows still to read: K's past those transposed, V's where packed.
+  const auto prefetch_key = [&](std::int64_t c) {
+    if (c >= done) prefetch_row(p.k, KeyRowAt(p, t, c0 + c, false));
+    if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c, true));
+  };
+  if (far && (vp != nullptr || done < keys)) {
+    for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) prefetch_key(a);
+  }
   for (std::int64_t c = 0; c < keys; ++c) {
     float* vrow = vp != nullptr ? vp + c * dp : nullptr;
+    if (far && c + kAhead < keys) prefetch_key(c + kAhead);
     if (c >= done) {  // K^T element by element
-      if (far && c + kAhead < keys) {
-        prefetch_row(p.k, KeyRowAt(p, t, c0 + c + kAhead, false));
-        if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + c + kAhead, true));
-      }
-      if (c == 0 && far) {
-        for (std::int64_t a = 1; a < std::min(kAhead, keys); ++a) {
-          prefetch_row(p.k, KeyRowAt(p, t, c0 + a, false));
-          if (vp != nullptr) prefetch_row(p.v, KeyRowAt(p, t, c0 + a, true));
-        }
-      }
       if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
         for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
         std::fill(vrow, vrow + dp, 0.0f);
