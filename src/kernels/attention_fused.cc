@@ -321,7 +321,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       continue;
     }
     BlockRowBias(p, t, c0, w);
-    const FlushedBlockTest flushed(p, t, kb, c0, t.use_pack ? bc : max_lim, skips, w);
+    FlushedBlockTest flushed(p, t, bl, kb, c0, t.use_pack ? bc : max_lim, skips, w);
     // A tile the test passes skips the block with the same bits as its
     // products, even l's rounding: where SoftmaxRows would have run, it
     // folds the rows' partial sums.
@@ -346,6 +346,7 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
       }
     }
     const KeyBlockOperands op = PackedKeyBlock(p, bl, t, kb, max_lim, cols, w);
+    flushed.Packed(op.kt, op.ld, op.vp, bl.dp);
     // Software-pipelined by one tile: a tile's P V goes after the next
     // tile's scores and softmax, so that its FMAs do not wait on its own
     // softmax's chain (max, compare, exp, store) and the next tile's score

@@ -15,9 +15,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <string_view>
 #include <vector>
 
@@ -149,7 +151,11 @@ BlockRange TaskKeyBlocks(const AttentionParams& p, const Sequence& sq, std::int6
 
 // Every task of the call. Within a sequence: head-major, the largest
 // (last) query blocks of a head first, so a thread's consecutive tasks share
-// the head's packed keys. Ragged calls (varlen, KV cache): sequences by
+// the head's packed keys. With ALiBi the query heads of a kv head go in
+// order of their slopes' size, the shallowest first: it computes (and so
+// packs) the most key blocks, and the steeper heads that skip a block as
+// flushed then take its key norms from that packing instead of reading
+// the rows again (attention_skip-inl.h). Ragged calls (varlen, KV cache): sequences by
 // their work, most first, so the long ones start at once and the short ones
 // fill in (no barrier per sequence); a sequence without rows has no task.
 // (Sorting the tasks themselves longest first interleaved the heads of a
@@ -158,10 +164,21 @@ std::vector<AttentionTaskRef> ListTasks(const AttentionParams& p, const Attentio
   std::vector<AttentionTaskRef> list;
   std::vector<double> work(static_cast<std::size_t>(p.b), 0.0);  // per sequence
   const std::int64_t slots = p.h / bl.hg;
+  const std::int64_t group = p.h / p.hk;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(slots));
   for (std::int64_t s = 0; s < p.b; ++s) {
     const Sequence sq = sequence(p, s);
     const std::int64_t nqb = (sq.i + bl.bq - 1) / bl.bq;
-    for (std::int64_t slot = 0; slot < slots; ++slot) {
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    if (bl.hg == 1 && group > 1 && bl.pack_heads && p.bias == FusedBias::kAlibi) {
+      for (std::int64_t g = 0; g < slots; g += group) {
+        std::stable_sort(order.begin() + g, order.begin() + g + group,
+                         [&](std::int64_t x, std::int64_t y) {
+                           return std::abs(slope_of(p, s, x)) < std::abs(slope_of(p, s, y));
+                         });
+      }
+    }
+    for (const std::int64_t slot : order) {
       for (std::int64_t q = 0; q < nqb; ++q) {
         AttentionTaskRef t;
         t.s = s;

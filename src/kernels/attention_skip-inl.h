@@ -196,40 +196,82 @@ HWY_INLINE bool ValueRowsFinite(DF df, const AttentionParams& p, const Attention
   return rest && hn::AllTrue(df, finite);
 }
 
+// The largest |k| among the keys of a packed K^T [d][ld] (every column:
+// those past the block's keys, and masked keys, are zeros); NaN if any
+// norm is NaN. Vectors of keys, so no horizontal sum per key.
+HWY_INLINE float PackedKeysMaxNorm(DF df, const float* HWY_RESTRICT kt, std::int64_t ld,
+                                   std::int64_t d) {
+  const std::int64_t lanes = AttnLanes(df);
+  VF most = hn::Zero(df);
+  auto nan = hn::FirstN(df, 0);
+  for (std::int64_t c = 0; c < ld; c += lanes) {
+    VF acc = hn::Zero(df);
+    for (std::int64_t x = 0; x < d; ++x) {
+      const VF v = hn::Load(df, kt + x * ld + c);
+      acc = hn::MulAdd(v, v, acc);
+    }
+    nan = hn::Or(nan, hn::IsNaN(acc));
+    most = hn::Max(most, acc);
+  }
+  if (!hn::AllFalse(df, nan)) return std::numeric_limits<float>::quiet_NaN();
+  return std::sqrt(hn::GetLane(hn::MaxOfLanes(df, most)));
+}
+
+// Whether the packed V rows [0, keys) (dp floats each, zeros past d and in
+// masked rows) are finite.
+HWY_INLINE bool PackedValuesFinite(DF df, const float* HWY_RESTRICT vp, std::int64_t keys,
+                                   std::int64_t dp) {
+  const std::int64_t lanes = AttnLanes(df);
+  auto finite = hn::FirstN(df, hn::Lanes(df));
+  for (std::int64_t x = 0; x < keys * dp; x += lanes) {
+    finite = hn::And(finite, hn::IsFinite(hn::Load(df, vp + x)));
+  }
+  return hn::AllTrue(df, finite);
+}
+
+// Row x's headroom over the block: how far below its running maximum m,
+// less the threshold, the rows' bias and the margins, its largest q . k
+// may reach for every p to be 0 (the bound above). ALiBi's -slope |c - off|
+// is largest at the row's nearest visible key (slope >= 0) or, for a
+// negative slope, at the farthest; w.alibi_off holds the rows' anchors less
+// the block's first key. NaN for a NaN m, -inf for m = -inf: no dot
+// product is below either.
+HWY_INLINE double RowHeadroom(const AttentionTask& t, const AttentionWork& w, std::int64_t x,
+                              bool alibi) {
+  const auto i = static_cast<std::size_t>(x);
+  const double m = w.m[x];
+  double bias = 0.0;
+  if (alibi) {
+    const double off = w.alibi_off[x];
+    const double lo = static_cast<double>(w.first[i]), hi = static_cast<double>(w.lim[i] - 1);
+    const double ns = t.neg_slope;
+    const double dist = ns <= 0.0 ? std::max({lo - off, off - hi, 0.0})
+                                  : std::max(std::abs(lo - off), std::abs(hi - off));
+    bias = ns * dist;
+  }
+  return m - 40.0 - (bias + 1e-4 * (std::abs(bias) + std::abs(m)) + 1.0);
+}
+
 // Whether every row of [rr, rr + rows) that sees any key of the block
 // scores each of them more than 41 below its running maximum (the bound
-// above): kmax is the block's largest key norm, w.qnorm the rows' scaled q
-// norms, w.alibi_off their ALiBi anchors less the block's first key (with
-// `alibi`); with a soft-cap (> 0) the capped q . k, cap tanh(q . k / cap),
-// is at most min(bound, cap) (and a non-finite bound is no bound: 0 inf
-// is a NaN score). `seen`: whether any row sees a key of the block (a tile
-// of rows that see none, above a causal diagonal or outside a window, has
-// nothing to compute either).
-HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std::int64_t rr,
-                            std::int64_t rows, float kmax, bool alibi, float softcap, bool& seen) {
+// above): q . k <= |q| kmax (1 + 1e-3) within the row's headroom (need,
+// RowHeadroom) with 1e-4 of it to spare, kmax the block's largest key
+// norm, w.qnorm the rows' scaled q norms; with a soft-cap (> 0) the capped
+// q . k, cap tanh(q . k / cap), is at most min(bound, cap) (and a
+// non-finite bound is no bound: 0 inf is a NaN score). `seen`: whether any
+// row sees a key of the block (a tile of rows that see none, above a
+// causal diagonal or outside a window, has nothing to compute either).
+HWY_INLINE bool TileFlushed(const AttentionWork& w, const double* need, std::int64_t rr,
+                            std::int64_t rows, float kmax, float softcap, bool& seen) {
   seen = false;
   for (std::int64_t x = rr; x < rr + rows; ++x) {
     const auto i = static_cast<std::size_t>(x);
-    const std::int64_t first = w.first[i], lim = w.lim[i];
-    if (lim <= first) continue;  // sees none of the block
+    if (w.lim[i] <= w.first[i]) continue;  // sees none of the block
     seen = true;
-    const double m = w.m[x];
     double dot = static_cast<double>(w.qnorm[i]) * static_cast<double>(kmax) * (1.0 + 1e-3);
     if (!std::isfinite(dot)) return false;
     if (softcap > 0.0f) dot = std::min(dot, static_cast<double>(softcap));
-    double bias = 0.0;
-    if (alibi) {
-      const double off = w.alibi_off[x];
-      const double lo = static_cast<double>(first), hi = static_cast<double>(lim - 1);
-      const double ns = t.neg_slope;
-      // -slope |c - off| is largest at the nearest visible key (slope >= 0)
-      // or, for a negative slope, at the farthest.
-      const double dist = ns <= 0.0 ? std::max({lo - off, off - hi, 0.0})
-                                    : std::max(std::abs(lo - off), std::abs(hi - off));
-      bias = ns * dist;
-    }
-    const double upper = dot + bias + 1e-4 * (dot + std::abs(bias) + std::abs(m)) + 1.0;
-    if (!(upper < m - 40.0)) return false;  // also for NaN and m = -inf
+    if (!(dot * (1.0 + 1e-4) < need[x])) return false;  // also for a NaN or -inf headroom
   }
   return true;
 }
@@ -237,18 +279,41 @@ HWY_INLINE bool TileFlushed(const AttentionTask& t, const AttentionWork& w, std:
 // The flushed-tile test of one key block [c0, c0 + keys) (the whole block
 // where the head's packing is shared, else up to the rows' largest limit),
 // before the block is packed: its largest key norm and its values'
-// finiteness are looked at only when a tile would skip without them
+// finiteness are looked at only when a tile would skip without them, from
+// the block's packing where there is one (contiguous, and in the caches:
+// PackedKeysMaxNorm, PackedValuesFinite), else from the rows in place
 // (kept in the head's packing when it is shared). The rows' ALiBi anchors
 // (BlockRowBias) are set for the block.
 class FlushedBlockTest {
  public:
-  FlushedBlockTest(const AttentionParams& p, const AttentionTask& t, std::int64_t kb,
-                   std::int64_t c0, std::int64_t keys, bool on, AttentionWork& w)
+  FlushedBlockTest(const AttentionParams& p, const AttentionTask& t, const AttentionBlocking& bl,
+                   std::int64_t kb, std::int64_t c0, std::int64_t keys, bool on, AttentionWork& w)
       : p_(p), t_(t), w_(w), kb_(static_cast<std::size_t>(kb)), c0_(c0), keys_(keys), on_(on) {
-    if (on_ && t.use_pack) {
+    if (!on_) return;
+    if (t.use_pack) {
       kmax_ = w.pack.kmax[kb_];
       v_finite_ = w.pack.v_finite[kb_];
+      if (w.pack.ready[kb_]) {  // an earlier task of the kv head packed it
+        Packed(w.pack.kt.get() + kb * p.d * bl.bkp, bl.bkp,
+               t.v_in_place ? nullptr : w.pack.v.get() + c0 * bl.dp, bl.dp);
+      }
     }
+    // Each row's headroom, once for the block: a row's m moves only when
+    // its own tile computes the block, after its tests.
+    const bool alibi = p.bias == FusedBias::kAlibi;
+    for (std::int64_t x = 0; x < t.rows; ++x) {
+      const auto i = static_cast<std::size_t>(x);
+      if (w.lim[i] > w.first[i]) w.need[i] = RowHeadroom(t, w, x, alibi);
+    }
+  }
+
+  // The block's packed K^T [d][ld] and V [keys][dp] (null: V is read in
+  // place), for the tests still to come.
+  void Packed(const float* kt, std::int64_t ld, const float* vp, std::int64_t dp) {
+    kt_ = kt;
+    ld_ = ld;
+    vp_ = vp;
+    dp_ = dp;
   }
 
   // Whether rows [rr, rr + rows) of the task skip the block; `seen`:
@@ -256,16 +321,20 @@ class FlushedBlockTest {
   bool operator()(std::int64_t rr, std::int64_t rows, bool& seen) const {
     seen = false;
     if (!on_) return false;
-    const bool alibi = p_.bias == FusedBias::kAlibi;
+    const double* need = w_.need.data();
     // No key norm helps a tile that fails the bound with q . k <= 0.
-    if (!TileFlushed(t_, w_, rr, rows, 0.0f, alibi, p_.softcap, seen)) return false;
+    if (!TileFlushed(w_, need, rr, rows, 0.0f, p_.softcap, seen)) return false;
     if (kmax_ == kUnknown) {
-      kmax_ = KeyRowsMaxNorm(DF(), p_, t_, c0_, keys_, w_, w_.row.get());
+      kmax_ = kt_ != nullptr ? PackedKeysMaxNorm(DF(), kt_, ld_, p_.d)
+                             : KeyRowsMaxNorm(DF(), p_, t_, c0_, keys_, w_, w_.row.get());
       if (t_.use_pack) w_.pack.kmax[kb_] = kmax_;
     }
-    if (!TileFlushed(t_, w_, rr, rows, kmax_, alibi, p_.softcap, seen)) return false;
+    if (!TileFlushed(w_, need, rr, rows, kmax_, p_.softcap, seen)) return false;
     if (v_finite_ < 0) {
-      v_finite_ = ValueRowsFinite(DF(), p_, t_, c0_, keys_, w_, w_.row.get()) ? 1 : 0;
+      const bool finite = vp_ != nullptr
+                              ? PackedValuesFinite(DF(), vp_, keys_, dp_)
+                              : ValueRowsFinite(DF(), p_, t_, c0_, keys_, w_, w_.row.get());
+      v_finite_ = finite ? 1 : 0;
       if (t_.use_pack) w_.pack.v_finite[kb_] = v_finite_;
     }
     return v_finite_ == 1;
@@ -280,6 +349,10 @@ class FlushedBlockTest {
   std::size_t kb_;
   std::int64_t c0_, keys_;
   bool on_;
+  const float* kt_ = nullptr;
+  std::int64_t ld_ = 0;
+  const float* vp_ = nullptr;
+  std::int64_t dp_ = 0;
   mutable float kmax_ = kUnknown;
   mutable signed char v_finite_ = -1;
 };

@@ -78,6 +78,7 @@ struct AttentionWork {
   hwy::AlignedFreeUniquePtr<float[]> lv;
   std::vector<std::int64_t> lim, first;  // per row: visible keys [first, lim) of the block
   std::vector<float> qnorm;              // per row: |q| of its scaled row (attention_skip-inl.h)
+  std::vector<double> need;              // per row: its headroom over the block (the same)
   // Per row: its distance-table entries from the block's first key (the
   // score tile's table bias; null where the row sees none of the block).
   std::vector<const float*> table_rows;
@@ -101,6 +102,7 @@ struct AttentionWork {
         lim(static_cast<std::size_t>(bq)),
         first(static_cast<std::size_t>(bq)),
         qnorm(static_cast<std::size_t>(bq)),
+        need(static_cast<std::size_t>(bq)),
         table_rows(static_cast<std::size_t>(bq)),
         vis_begin(static_cast<std::size_t>(bq)),
         vis_end(static_cast<std::size_t>(bq)),

@@ -238,6 +238,65 @@ TEST(AttentionFlushedTiles, NonFiniteFarBlocksAreComputed) {
   }
 }
 
+// Grouped-query heads over a paged cache: the query heads of a kv head go
+// shallowest slope first, and the steeper ones take a block's key norm and
+// its values' finiteness from the packing the shallower ones made (V is
+// packed from a paged cache; a dense one's is read in place). A NaN or an
+// infinity there must still stop the skip, and a NaN key make the rows NaN.
+TEST(AttentionFlushedTiles, GroupedHeadsTestThePackedBlocks) {
+  // Two kv heads: each thread takes a whole kv head's query heads in turn
+  // (one thread: all of them), so the steep heads find the packing.
+  const std::int64_t h = 8, hk = 2, d = 64, bs = 16, cached = 1200, i = 100;
+  const std::int64_t blocks = (cached + bs - 1) / bs;
+  const AttentionBias alibi =
+      AttentionBias::alibi({2.0f, 0.004f, 4.0f, 0.5f, 0.5f, 4.0f, 0.004f, 2.0f});
+  std::vector<std::int64_t> table;
+  for (std::int64_t x = 0; x < blocks; ++x) table.push_back((x * 7) % blocks);  // 7 and 75 coprime
+  const Tensor bt = ints({1, blocks}, table);
+  const Tensor seqlens = ints({1}, {cached});
+  const Tensor q = test::random_tensor({1, i, h, d}, 50);
+  const std::vector<float> k0 = test::random_tensor({blocks, bs, hk, d}, 51).to_float_vector();
+  const std::vector<float> v0 = test::random_tensor({blocks, bs, hk, d}, 52).to_float_vector();
+  // Key 40 (page 2, row 8) of both kv heads is far from every query row
+  // (positions 1100 on).
+  const auto at = [&](std::int64_t kvh) {
+    return static_cast<std::size_t>(((table[2] * bs + 8) * hk + kvh) * d + 5);
+  };
+  struct Variant {
+    const char* what;
+    bool changed, in_k;
+    float bad;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Variant variants[] = {{"finite", false, false, 0.0f},
+                              {"v holds NaN", true, false, nan},
+                              {"v holds inf", true, false, test::kInf},
+                              {"k holds NaN", true, true, nan}};
+  for (const Variant& var : variants) {
+    std::vector<float> k = k0, v = v0;
+    if (var.changed) {
+      for (std::int64_t kvh = 0; kvh < hk; ++kvh) (var.in_k ? k : v)[at(kvh)] = var.bad;
+    }
+    const Tensor kc = Tensor::from_vector({blocks, bs, hk, d}, k);
+    const Tensor vc = Tensor::from_vector({blocks, bs, hk, d}, v);
+    const auto call = [=] {
+      AttentionForwardResult r;
+      r.out = attention_kvcache_forward(q, kc, vc, seqlens, bt, alibi, AttentionOptions{});
+      return r;
+    };
+    ExpectSameBits(std::string("paged grouped-query, ") + var.what, call, Skip::kMust);
+    if (!var.changed) continue;
+    // Every head's last row gets the non-finite value through key 40, even
+    // where its weight is 0 (0 * NaN and 0 * inf are NaN): element 5 is not
+    // finite (a skipped block would leave it finite).
+    const std::vector<float> out = call().out.to_float_vector();  // [1, i, h, d]
+    for (std::int64_t hh = 0; hh < h; ++hh) {
+      EXPECT_FALSE(std::isfinite(out[static_cast<std::size_t>(((i - 1) * h + hh) * d + 5)]))
+          << var.what << ", head " << hh;
+    }
+  }
+}
+
 // A soft-capped score is at most min(bound, cap): the skip holds (and a
 // key row with an infinity, whose norm bounds nothing, is never skipped:
 // 0 * inf in q . k is a NaN score). A distance table's largest value over a
