@@ -16,6 +16,7 @@
 #include "attention_cases.h"
 #include "baselines.h"
 #include "child_measure.h"
+#include "openblas_core.h"
 #include "peer_ggml.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -326,8 +327,8 @@ void prefill_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* ggml, const st
     r.baselines["sgemm_gflops"] = sgemm_gflops;
     r.extra["fraction_of_sgemm"] = r.extra["gflops"] / sgemm_gflops;
     r.note =
-        "non-causal ALiBi; sgemm_gflops = OpenBLAS on n x n (GFLOP/s, not ms), timed right "
-        "after the attention rounds";
+        "non-causal ALiBi; sgemm_gflops = OpenBLAS (" + openblas_kernels() +
+        ") on n x n (GFLOP/s, not ms), timed right after the attention rounds";
     set_all_tiles(r, full_flops, t[6]);
     if (ggml != nullptr) add_ggml_baseline(r, *ggml, g[1], t[8]);
     out.push_back(r);

@@ -12,6 +12,7 @@
 
 #include "bench_options.h"
 #include "bench_suite.h"
+#include "openblas_core.h"
 #include "options.h"
 
 namespace {
@@ -39,6 +40,9 @@ int main(int argc, char** argv) {
   }
   try {
     posbias::bench::check_bench_args(args);
+    // The sgemm roofline and the PyTorch peers run on OpenBLAS: with the
+    // kernels of this CPU, not a generic core OpenBLAS fell back to.
+    posbias::bench::run_with_this_cpus_openblas(argv);
     // A case whose measurement is known to be broken (its "error") fails
     // the run: exit 1, one line per such case on stderr.
     int status = 0;

@@ -138,6 +138,10 @@ std::vector<std::int64_t> paged_decode_lengths() {
   return {32768, 16384, 8192, 4096, 2048, 1024, 512, 512};
 }
 
+// The paged append case's shape: keys cached per sequence and queries each
+// appends (the full case; --quick takes 1024 and 16).
+constexpr std::int64_t kAppendCached = 8192, kAppendNew = 128;
+
 // paged_decode_alibi_b8_h32_hk8_d128_block16.
 void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   const std::string name = "paged_decode_alibi_b8_h32_hk8_d128_block16";
@@ -203,7 +207,7 @@ struct AppendRun {
 // cached keys, each appending 128 (its keys and values written by
 // kvcache_append, timed on its own as append_ms) and attending with them.
 void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
-  const std::int64_t cached = o.quick ? 1024 : 8192, i = o.quick ? 16 : 128;
+  const std::int64_t cached = o.quick ? 1024 : kAppendCached, i = o.quick ? 16 : kAppendNew;
   const std::string name = "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16";
   if (!o.wants(name)) return;
   AppendRun ar(cached, i);
@@ -248,12 +252,11 @@ std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what
 }
 
 std::function<void()> paged_append_call(bool contiguous, std::string& what) {
-  constexpr std::int64_t kCached = 8192, kNew = 128;
-  auto ar = std::make_shared<AppendRun>(kCached, kNew);
+  auto ar = std::make_shared<AppendRun>(kAppendCached, kAppendNew);
   what = std::string(contiguous ? "dense calls with q_offset on contiguous copies"
                                 : "paged k and v float32, block " + std::to_string(kBlock)) +
-         ", 4 sequences of " + std::to_string(kCached) + " cached keys appending " +
-         std::to_string(kNew) + " queries, h " + std::to_string(kHeads) + ", hk " +
+         ", 4 sequences of " + std::to_string(kAppendCached) + " cached keys appending " +
+         std::to_string(kAppendNew) + " queries, h " + std::to_string(kHeads) + ", hk " +
          std::to_string(kKvHeads) + ", d " + std::to_string(kDim);
   if (contiguous) return [ar] { ar->run.contiguous(); };
   return [ar] { ar->run.paged(); };

@@ -15,7 +15,9 @@ torch_ms (interleaved), speedup_vs_torch (torch / posbias; targets at least
 10 or 5), cpp_case, cpp_ms, posbias_alone_ms, ratio_to_cpp (posbias_alone /
 C++; targets at most 1.15 or 1.25), ratio_to_cpp_interleaved (posbias_ms /
 C++, for the record), target, target_met, max_rel_diff (posbias against the
-eager result), threads. Forward + backward cases run out.backward(grad)
+eager result), threads, openblas_coretype (null unless OpenBLAS runs with
+OPENBLAS_CORETYPE: the script sets it where OpenBLAS falls back to a generic
+core, see run_with_this_cpus_openblas). Forward + backward cases run out.backward(grad)
 (autograd's backward of the module or op alone, no loss arithmetic).
 
 Cases and targets (issue 18): AlibiPositionalBias(16, 16)(4096, 4096), a new
@@ -47,8 +49,53 @@ import subprocess
 import sys
 import time
 
-import torch
-from torch import nn
+
+def run_with_this_cpus_openblas():
+    """Re-runs this script with OPENBLAS_CORETYPE where OpenBLAS (PyTorch's
+    BLAS in Debian's python3-torch) fell back to a generic core for this CPU,
+    as posbias-bench does for its sgemm and peers (benchmarks/openblas_core.h:
+    OpenBLAS 0.3.21 took a KVM Xeon, family 6 model 167, for Prescott, and
+    PyTorch's float32 matmul ran at 48 GFLOP/s there against 206 with its
+    SkylakeX kernels). Must run before torch is imported."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return
+    import ctypes
+    try:
+        name = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+    except (OSError, AttributeError):
+        return
+    name.restype = ctypes.c_char_p
+    core = (name() or b"").decode(errors="replace").lower()
+    if core in ("haswell", "skylakex", "cooperlake", "sapphirerapids", "zen", "excavator",
+                "skylake"):
+        return
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return
+    if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags:
+        want = "SkylakeX"
+    elif {"avx2", "fma"} <= flags:
+        want = "Haswell"
+    else:
+        return
+    os.environ["OPENBLAS_CORETYPE"] = want
+    try:
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    except OSError:
+        del os.environ["OPENBLAS_CORETYPE"]
+
+
+if __name__ == "__main__":
+    run_with_this_cpus_openblas()
+
+import torch  # noqa: E402 (after the OpenBLAS check above)
+from torch import nn  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -181,7 +228,8 @@ def row(case, ms, diff, cpp_case=None, cpp=(None, None), max_ratio_to_cpp=None,
     cpp_ms, alone_ms = cpp
     r = dict(case=case, posbias_ms=ms["posbias"], torch_ms=ms["torch"], cpp_case=cpp_case,
              cpp_ms=cpp_ms, posbias_alone_ms=alone_ms, max_rel_diff=diff,
-             threads=torch.get_num_threads())
+             threads=torch.get_num_threads(),
+             openblas_coretype=os.environ.get("OPENBLAS_CORETYPE"))
     r["speedup_vs_torch"] = ms["torch"] / ms["posbias"] if ms["posbias"] > 0 else None
     r["ratio_to_cpp"] = alone_ms / cpp_ms if cpp_ms and alone_ms else None
     r["ratio_to_cpp_interleaved"] = ms["posbias"] / cpp_ms if cpp_ms else None

@@ -211,12 +211,24 @@ HWY_INLINE void BlockRowBias(const AttentionParams& p, const AttentionTask& t, s
   }
 }
 
+// Where key block kb lies in the head's shared packing (w.pack): its K^T
+// [d][bkp] and its V rows [bk][dp] (the packing's V, even where the task
+// reads V in place and it is not filled).
+struct HeadPackPlace {
+  float* kt;
+  float* v;
+};
+HWY_INLINE HeadPackPlace HeadPackBlock(const AttentionParams& p, const AttentionBlocking& bl,
+                                       std::int64_t kb, AttentionWork& w) {
+  return {w.pack.kt.get() + kb * p.d * bl.bkp, w.pack.v.get() + kb * bl.bk * bl.dp};
+}
+
 // Blocked: K^T and V of key block kb, from the head's shared packing or
 // packed here for this block.
 KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlocking& bl,
                                 const AttentionTask& t, std::int64_t kb, std::int64_t max_lim,
                                 std::int64_t cols, AttentionWork& w) {
-  const std::int64_t d = p.d, dp = bl.dp;
+  const std::int64_t dp = bl.dp;
   const std::int64_t c0 = kb * bl.bk;
   float* kt = w.kt.get();
   float* vp = w.v.get();
@@ -225,8 +237,9 @@ KeyBlockOperands PackedKeyBlock(const AttentionParams& p, const AttentionBlockin
   if (t.use_pack) {
     ld = bl.bkp;
     keys = std::min(bl.bk, t.sq.j - c0);
-    kt = w.pack.kt.get() + kb * d * ld;
-    vp = w.pack.v.get() + c0 * dp;
+    const HeadPackPlace place = HeadPackBlock(p, bl, kb, w);
+    kt = place.kt;
+    vp = place.v;
   }
   if (t.v_in_place) vp = nullptr;
   if (!t.use_pack || !w.pack.ready[static_cast<std::size_t>(kb)]) {

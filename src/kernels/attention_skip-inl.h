@@ -294,8 +294,8 @@ class FlushedBlockTest {
       kmax_ = w.pack.kmax[kb_];
       v_finite_ = w.pack.v_finite[kb_];
       if (w.pack.ready[kb_]) {  // an earlier task of the kv head packed it
-        Packed(w.pack.kt.get() + kb * p.d * bl.bkp, bl.bkp,
-               t.v_in_place ? nullptr : w.pack.v.get() + c0 * bl.dp, bl.dp);
+        const HeadPackPlace place = HeadPackBlock(p, bl, kb, w);
+        Packed(place.kt, bl.bkp, t.v_in_place ? nullptr : place.v, bl.dp);
       }
     }
     // Each row's headroom, once for the block: a row's m moves only when

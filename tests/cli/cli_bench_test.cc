@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli_process.h"
+#include "openblas_core.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -148,6 +149,47 @@ TEST(Cli, BenchOnlyReportsTheNamedCases) {
   const json doc = json::parse(lines[0]);
   EXPECT_EQ(doc.at("case"), "decode_gqa_alibi_h32_hk8_n4096_d128") << doc;
   EXPECT_TRUE(doc.at("baselines").contains("fma_peak_gflops")) << doc;
+}
+
+// OpenBLAS's generic cores are overridden by the widest kernels the CPU
+// runs; a core with AVX2 and FMA kernels (any case) is kept.
+TEST(Cli, BenchOverridesOnlyAGenericOpenBlasCore) {
+  using bench::openblas_core_for;
+  EXPECT_EQ(openblas_core_for("Prescott", true, true), "SkylakeX");
+  EXPECT_EQ(openblas_core_for("prescott", false, true), "Haswell");
+  EXPECT_EQ(openblas_core_for("Core2", false, true), "Haswell");
+  EXPECT_EQ(openblas_core_for("Prescott", false, false), "");
+  EXPECT_EQ(openblas_core_for("", true, true), "SkylakeX");
+  for (const char* kept : {"Haswell", "SkylakeX", "SKYLAKEX", "Cooperlake", "SapphireRapids", "Zen"}) {
+    EXPECT_EQ(openblas_core_for(kept, true, true), "") << kept;
+  }
+}
+
+// The sgemm roofline names the OpenBLAS kernels it ran, and on a CPU with
+// AVX2 and FMA they are not a generic core's (posbias-bench runs itself
+// again with OPENBLAS_CORETYPE where OpenBLAS fell back to one).
+TEST(Cli, BenchSgemmRunsThisCpusOpenBlasKernels) {
+  const ProcessResult run = run_ok({"bench", "attention", "--quick", "--json", "--repetitions", "1",
+                                    "--warmup", "0", "--only", "alibi_noncausal"});
+  std::string note;
+  for (const std::string& line : lines_of(run.out)) {
+    const json doc = json::parse(line);
+    if (doc.at("baselines").contains("sgemm_gflops")) note = doc.at("note");
+  }
+  const std::string head = "OpenBLAS (";
+  const std::size_t at = note.find(head);
+  ASSERT_NE(at, std::string::npos) << run.out;
+  const std::size_t end = note.find(" kernels", at);
+  ASSERT_NE(end, std::string::npos) << note;
+  const std::string core = note.substr(at + head.size(), end - at - head.size());
+  EXPECT_FALSE(core.empty()) << note;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma")) {
+    EXPECT_EQ(bench::openblas_core_for(core, false, true), "") << "generic core " << core;
+  }
+#endif
 }
 
 // posbias bench runs posbias-bench from beside its own executable: a copy

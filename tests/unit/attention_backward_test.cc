@@ -12,12 +12,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "posbias/attention.h"
 #include "posbias/slopes.h"
+#include "attention_test_util.h"
 #include "test_util.h"
 
 namespace posbias {
@@ -25,17 +25,8 @@ namespace {
 
 using test::expect_bits_equal;
 using test::expect_throw_with;
+using test::random_tensor;
 using Shape = std::vector<std::int64_t>;
-
-Tensor rand_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::int64_t n = 1;
-  for (std::int64_t e : shape) n *= e;
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return Tensor::from_vector(shape, v);
-}
 
 struct Case {
   std::int64_t b, h, hk, i, j, d;
@@ -58,10 +49,10 @@ struct Inputs {
 
 Inputs make_inputs(const Case& c, std::uint32_t seed) {
   Inputs in;
-  in.q = rand_tensor({c.b, c.h, c.i, c.d}, seed, -2.0f, 2.0f);
-  in.k = rand_tensor({c.b, c.hk, c.j, c.d}, seed + 1, -2.0f, 2.0f);
-  in.v = rand_tensor({c.b, c.hk, c.j, c.d}, seed + 2);
-  in.dout = rand_tensor({c.b, c.h, c.i, c.d}, seed + 3);
+  in.q = random_tensor({c.b, c.h, c.i, c.d}, seed, -2.0f, 2.0f);
+  in.k = random_tensor({c.b, c.hk, c.j, c.d}, seed + 1, -2.0f, 2.0f);
+  in.v = random_tensor({c.b, c.hk, c.j, c.d}, seed + 2);
+  in.dout = random_tensor({c.b, c.h, c.i, c.d}, seed + 3);
   in.opt.causal = c.causal;
   switch (c.kind) {
     case AttentionBiasKind::kNone:
@@ -72,11 +63,11 @@ Inputs make_inputs(const Case& c, std::uint32_t seed) {
     case AttentionBiasKind::kDistanceTable:
       in.bias = AttentionBias::distance_table(
           // Longer than 2j - 1 and odd: read at its centre (n - 1) / 2 = j + 1.
-          rand_tensor({c.h, std::max<std::int64_t>(1, 2 * c.j - 1) + 4}, seed + 4, -2.0f, 2.0f));
+          random_tensor({c.h, std::max<std::int64_t>(1, 2 * c.j - 1) + 4}, seed + 4, -2.0f, 2.0f));
       break;
     case AttentionBiasKind::kDense:
       // Broadcast over the batch: [h, i, j].
-      in.bias = AttentionBias::dense_bias(rand_tensor({c.h, c.i, c.j}, seed + 5, -2.0f, 2.0f));
+      in.bias = AttentionBias::dense_bias(random_tensor({c.h, c.i, c.j}, seed + 5, -2.0f, 2.0f));
       break;
   }
   return in;
@@ -518,12 +509,12 @@ TEST(AttentionBackward, ResultsDoNotDependOnTheThreadCount) {
 TEST(AttentionBackward, DenseBiasBroadcastShapes) {
   // [i, j], [1, h, 1, j] and [b, 1, i, 1]: dS summed over broadcast dimensions.
   const std::int64_t b = 2, h = 3, i = 5, j = 7, d = 4;
-  const Tensor q = rand_tensor({b, h, i, d}, 1), k = rand_tensor({b, h, j, d}, 2),
-               v = rand_tensor({b, h, j, d}, 3), go = rand_tensor({b, h, i, d}, 4);
-  const Tensor full_dense = rand_tensor({b, h, i, j}, 5);
+  const Tensor q = random_tensor({b, h, i, d}, 1), k = random_tensor({b, h, j, d}, 2),
+               v = random_tensor({b, h, j, d}, 3), go = random_tensor({b, h, i, d}, 4);
+  const Tensor full_dense = random_tensor({b, h, i, j}, 5);
   for (const Shape& shape : {Shape{i, j}, Shape{1, h, 1, j}, Shape{b, 1, i, 1}, Shape{}}) {
     SCOPED_TRACE(::testing::PrintToString(shape));
-    const Tensor dense = rand_tensor(shape, 6);
+    const Tensor dense = random_tensor(shape, 6);
     AttentionOptions opt;
     const AttentionBias bias = AttentionBias::dense_bias(dense);
     const AttentionForwardResult f = attention_forward_lse(q, k, v, bias, opt);
@@ -564,17 +555,17 @@ TEST(AttentionBackward, DenseBiasBroadcastShapes) {
 }
 
 TEST(AttentionBackward, BadInputThrowsWithTheShapes) {
-  const Tensor q = rand_tensor({1, 2, 3, 4}, 1), k = rand_tensor({1, 2, 5, 4}, 2);
+  const Tensor q = random_tensor({1, 2, 3, 4}, 1), k = random_tensor({1, 2, 5, 4}, 2);
   const AttentionForwardResult f = attention_forward_lse(q, k, k);
   EXPECT_EQ(f.lse.shape(), (Shape{1, 2, 3}));
   expect_throw_with<std::invalid_argument>(
       [&] {
-        attention_backward(q, k, k, {}, {}, f.out, f.lse, rand_tensor({1, 2, 3, 5}, 3));
+        attention_backward(q, k, k, {}, {}, f.out, f.lse, random_tensor({1, 2, 3, 5}, 3));
       },
       "grad_out must be float32 [1, 2, 3, 4], got float32 [1, 2, 3, 5]");
   expect_throw_with<std::invalid_argument>(
       [&] {
-        attention_backward(q, k, k, {}, {}, f.out, rand_tensor({1, 2}, 3), f.out);
+        attention_backward(q, k, k, {}, {}, f.out, random_tensor({1, 2}, 3), f.out);
       },
       "lse must be float32 [1, 2, 3]");
   expect_throw_with<std::invalid_argument>(
@@ -598,7 +589,7 @@ TEST(AttentionBackward, RowsThatSeeNoKeyHaveZeroGradient) {
   for (int e = 0; e < 3 * 4; ++e) EXPECT_EQ(dq[static_cast<std::size_t>(e)], 0.0f);
   // Empty shapes.
   const Tensor q0 = Tensor::empty({1, 2, 0, 4}, DType::kFloat32);
-  const Tensor k0 = rand_tensor({1, 2, 3, 4}, 4);
+  const Tensor k0 = random_tensor({1, 2, 3, 4}, 4);
   const AttentionForwardResult f0 = attention_forward_lse(q0, k0, k0);
   const AttentionGradients g0 = attention_backward(q0, k0, k0, {}, {}, f0.out, f0.lse, f0.out);
   EXPECT_EQ(g0.grad_k.to_float_vector(), std::vector<float>(24, 0.0f));
