@@ -14,9 +14,10 @@
 // prefetches), and one the walk reaches and the kernel does not belongs to
 // the kernel's instruction stream.
 //
-// Usage: posbias-probe-decode-walk [MiB]   (each of K and V; default 128, at
-// least 64, well past the last-level cache). x86-64 with AVX2 and FMA: each
-// line costs exactly two loads, two adds and W FMAs (256-bit; the
+// Usage: posbias-probe-decode-walk [MiB]   (each of K and V; default 128,
+// or the last-level cache's size where that is larger; at least 64).
+// x86-64 with AVX2 and FMA: each line costs exactly two loads, two adds
+// and W FMAs (256-bit; the
 // grouped-query decode's score and value passes do 4 AVX-512 FMAs, 8 of
 // these, per line). Prints one row per (W, ahead): the plain read's and the
 // walk's GB/s (medians of 7 alternated calls) and their ratio. On a CPU
