@@ -4,9 +4,9 @@
 // A DYNAMIC_ARCH OpenBLAS picks its kernels once, when it loads, from the
 // CPU's vendor, family and model; a model its table does not list gets a
 // generic core. Debian's OpenBLAS 0.3.21 on a KVM Xeon that reports family 6
-// model 167 (AVX-512) chose "Prescott" (SSE3): its sgemm ran at 57-61 GFLOP/s
-// on two cores where its SkylakeX kernels, chosen by OPENBLAS_CORETYPE, ran
-// at 314, and PyTorch 1.13's float32 matmul (through the same OpenBLAS) at
+// model 207 (Emerald Rapids, AVX-512) chose "Prescott" (SSE3): its sgemm ran
+// at 57-61 GFLOP/s on two cores where its SkylakeX kernels, chosen by
+// OPENBLAS_CORETYPE, ran at 314, and PyTorch 1.13's float32 matmul (through the same OpenBLAS) at
 // 48 against 206 (2026-12-06). Every sgemm roofline and PyTorch peer of the
 // bench measured on such a machine was a fifth of what the machine does.
 #ifndef POSBIAS_BENCHMARKS_OPENBLAS_CORE_H_

@@ -13,10 +13,10 @@
 // over the buffer) per row.
 //
 // Usage: posbias-probe-read-with-work [MiB]   (default 256, or the
-// last-level cache's size where that is larger; at least 64). x86-64 with AVX2 and FMA only: the
-// loops are written with their intrinsics so that each line costs exactly
-// two loads, two adds and W FMAs (a portable loop would leave the count to
-// the compiler). Exit code 2 for a bad argument or a CPU without AVX2.
+// last-level cache's size where that is larger; at least 64). x86-64 with
+// AVX2 and FMA only: the loops are written with their intrinsics so that
+// each line costs exactly two loads, two adds and W FMAs (a portable loop
+// would leave the count to the compiler). Exit code 2 for a bad argument or a CPU without AVX2.
 #include <immintrin.h>
 
 #include <chrono>

@@ -54,7 +54,7 @@ def run_with_this_cpus_openblas():
     """Re-runs this script with OPENBLAS_CORETYPE where OpenBLAS (PyTorch's
     BLAS in Debian's python3-torch) fell back to a generic core for this CPU,
     as posbias-bench does for its sgemm and peers (benchmarks/openblas_core.h:
-    OpenBLAS 0.3.21 took a KVM Xeon, family 6 model 167, for Prescott, and
+    OpenBLAS 0.3.21 took a KVM Xeon, family 6 model 207, for Prescott, and
     PyTorch's float32 matmul ran at 48 GFLOP/s there against 206 with its
     SkylakeX kernels). Must run before torch is imported."""
     if os.environ.get("OPENBLAS_CORETYPE"):
