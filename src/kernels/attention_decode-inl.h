@@ -378,12 +378,21 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const Atte
 // POSBIAS_WERROR): off here, as Highway turns it off around its own ops.
 HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
+//
+// pf, when not null: four rows (of 128 floats) to prefetch, a line of
+// each with each chunk's FMAs (kToL2: into L2).
+template <bool kToL2>
 HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
-                            std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols) {
+                            std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
+                            const char* const* pf) {
   constexpr std::int64_t kD = 128;
   VF acc[16];  // acc[row * 4 + key]
 #pragma GCC unroll 8
   for (std::int64_t x = 0; x < kD; x += 16) {
+    if (pf != nullptr) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) DecPrefetchLineT<kToL2>(pf[u] + x * 4);
+    }
     VF qv[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) qv[i] = hn::LoadU(df, q + i * kD + x);
@@ -438,9 +447,17 @@ HWY_DIAGNOSTICS(pop)
 // in its place took 1.07-1.11x the time from memory and 1.13-1.26x in
 // cache, even with its row pointers stepped and its next group's rows
 // looked up once a group (twenty-sixth round): so this one stays.
+//
+// With `cross` (DirectBlockT's cross-pass prefetch) it prefetches key c's
+// value row into L2 as it reads key c's key row, a line of each of the
+// four rows with each chunk of the tile's FMAs (in a burst of 32 lines
+// before each tile, the score pass took 1.09x the time in cache), and its
+// own key rows ahead only where own_ahead (the task's first block: no
+// value pass before it prefetched them).
 HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, const AttentionTask& t,
                                            std::int64_t max_lim, std::int64_t cols,
-                                           const DecRows<float>& k, AttentionWork& w) {
+                                           const DecRows<float>& k, const DecCross* cross,
+                                           bool own_ahead, AttentionWork& w) {
   constexpr std::int64_t kD = 128;
   const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
   if (!DecStrideRows(p, t, k.ahead, rr, 4)) return 0;
@@ -449,16 +466,24 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
   float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
   const std::int64_t last = k.avail - 1, whole = max_lim / 16 * 16;
+  const bool own = cross == nullptr || own_ahead;
   DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
-    for (std::int64_t c = 0; c < whole; c += 4) {
-#pragma GCC unroll 4
-      for (std::int64_t u = 0; u < 4; ++u) {
-        const char* pr = reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+    const auto prefetch_row = [](const char* pr) {
 #pragma GCC unroll 8
-        for (std::int64_t b = 0; b < kD * 4; b += 64)
-          DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
+      for (std::int64_t b = 0; b < kD * 4; b += 64) DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
+    };
+    for (std::int64_t c = 0; c < whole; c += 4) {
+      if (own) {
+#pragma GCC unroll 4
+        for (std::int64_t u = 0; u < 4; ++u)
+          prefetch_row(reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st));
       }
-      DecQ4K4Tile(df, q, base + c * st, st, s + c, cols);
+      const char* pf[4];
+      if (cross != nullptr) {
+#pragma GCC unroll 4
+        for (std::int64_t u = 0; u < 4; ++u) pf[u] = cross->Row(c + u);
+      }
+      DecQ4K4Tile<true>(df, q, base + c * st, st, s + c, cols, cross != nullptr ? pf : nullptr);
     }
   });
   return whole;
@@ -533,7 +558,7 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
             for (std::int64_t b = 0; b < kD * 4; b += 64)
               DecPrefetchLineT<decltype(l2_tag)::value>(pb + b);
           }
-          DecQ4K4Tile(df, q, rows + u * st, st, s + u, cols);
+          DecQ4K4Tile<false>(df, q, rows + u * st, st, s + u, cols, nullptr);
         }
       }
     }
@@ -544,7 +569,7 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
 #else  // the general tiles in DecScores below
 HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const AttentionTask&,
                                            std::int64_t, std::int64_t, const DecRows<float>&,
-                                           AttentionWork&) {
+                                           const DecCross*, bool, AttentionWork&) {
   return 0;  // the general tiles below
 }
 HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const AttentionTask&,
@@ -563,16 +588,18 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const Atte
 // rows, all heads of a key position side by side in a paged cache, are
 // read from memory once and by the other rows from L1). Columns past
 // max_lim up to a whole vector get the scores of key 0 (masked later).
+// cross, own_ahead: DecScoresDenseTile's cross-pass prefetch.
 template <typename TK>
 void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t max_lim,
-               std::int64_t cols, const DecRows<TK>& k, AttentionWork& w) {
+               std::int64_t cols, const DecRows<TK>& k, AttentionWork& w,
+               const DecCross* cross = nullptr, bool own_ahead = true) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const std::int64_t d = p.d, kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
   const TK* kr[kDecLanes];
   const TK* pf[kDecLanes] = {};
   std::int64_t done = 0;
   if constexpr (std::is_same_v<TK, float>) {
-    done = DecScoresDenseTile(df, p, t, max_lim, cols, k, w);
+    done = DecScoresDenseTile(df, p, t, max_lim, cols, k, cross, own_ahead, w);
     if (done == 0) done = DecScoresRunTiles(df, p, t, max_lim, cols, k, w);
   }
   if (done == 0) done = DecScoresDenseRow(df, p, t, max_lim, cols, k, w);
@@ -607,11 +634,42 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
   }
 }
 
+// The block step of a direct task; next_c0, next_keys: the task's next
+// key block (next_keys 0 where this is its last), first: its first block.
+//
+// Four query rows of one kv head with float32 rows of d = 128 in a dense
+// cache (the grouped-query decode of Llama-2-70B and Mistral) take the
+// cross-pass prefetch on AVX-512 (DecCross): the score pass prefetches
+// this block's value rows, the value pass (DecPVDenseQuad) the next
+// block's key rows.
 template <typename T>
 void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
+                  std::int64_t next_keys, bool first, AttentionWork& w) {
   std::int64_t* k_at = w.k_at.data();
   std::int64_t* v_at = w.v_at.data();
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<T, float>) {
+    if (t.k_direct && t.v_direct && p.d == 128 && p.key_layout != KeyLayout::kPaged &&
+        p.key_mask == nullptr) {
+      const DecRows<float> k = DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w);
+      if (DecStrideRows(p, t, k.ahead, DecRowsOfKvHead(p, t, t.kvh), 4)) {
+        const DecRows<float> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
+        const DecCross v_rows{v.base + v.at[0], p.v_stride[2], max_lim};
+        DecScores(df, p, t, max_lim, cols, k, w, &v_rows, first);
+        SoftmaxBlock(df, p, t, c0, cols, w);
+        DecCross k_next;
+        if (next_keys > 0) k_next = {k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2], next_keys};
+        DecValues(df, p, t, dp, cols, v, w, &k_next);
+        return;
+      }
+    }
+  }
+#else
+  (void)next_c0;
+  (void)next_keys;
+  (void)first;
+#endif
   if (t.k_direct) {
     DecScores(df, p, t, max_lim, cols,
               DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w), w);
@@ -629,18 +687,21 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
 }
 
 // One key block [c0, c0 + max_lim) of a direct (decode) task: scores,
-// the online-softmax update, then O = alpha O + P V.
+// the online-softmax update, then O = alpha O + P V. next_c0, next_keys:
+// the task's next key block (next_keys 0 after its last); first: whether
+// this is the task's first (DirectBlockT).
 void DirectBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-                 std::int64_t c0, std::int64_t max_lim, std::int64_t cols, AttentionWork& w) {
+                 std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
+                 std::int64_t next_keys, bool first, AttentionWork& w) {
   switch (p.kv_dtype) {
     case DType::kBFloat16:
-      DirectBlockT<bfloat16>(df, p, t, dp, c0, max_lim, cols, w);
+      DirectBlockT<bfloat16>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
       break;
     case DType::kFloat16:
-      DirectBlockT<float16>(df, p, t, dp, c0, max_lim, cols, w);
+      DirectBlockT<float16>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
       break;
     default:
-      DirectBlockT<float>(df, p, t, dp, c0, max_lim, cols, w);
+      DirectBlockT<float>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
       break;
   }
 }

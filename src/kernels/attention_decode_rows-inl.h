@@ -252,6 +252,28 @@ struct DecRows {
   }
 };
 
+// Rows that the other pass of a block step reads next (DirectBlockT's
+// cross-pass prefetch, dense float32 rows of four query rows a kv head on
+// AVX-512): the score pass prefetches the block's value rows, key by key
+// as it reads their key rows, and the value pass the next block's key
+// rows, into L2 on every CPU (a pass ahead is 128 KiB, more than an L1).
+// Each pass then finds its own rows in L2, fetched a whole pass earlier,
+// and the memory streams at one pace through both passes. Against each
+// pass prefetching its own rows a few keys ahead, the bench's
+// grouped-query decode took 0.93-0.95x the time (fraction_of_read
+// 0.731-0.761 before, 0.796-0.805 after, three alternated runs), and
+// 0.92x from memory on one thread (posbias-attention-loop, 512 MiB), on an
+// Emerald Rapids Xeon (docs/performance-notes.md, thirty-seventh round);
+// not measured on AMD.
+struct DecCross {
+  const float* rows = nullptr;         // key 0's row (null: nothing to prefetch)
+  std::int64_t stride = 0, count = 0;  // elements between rows; rows there (>= 1)
+  // Key c's row, the last one standing for those past it.
+  const char* Row(std::int64_t c) const {
+    return reinterpret_cast<const char*>(rows + std::min(c, count - 1) * stride);
+  }
+};
+
 // Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
 // more of the sequence's keys; the passes prefetch the row they will read
 // about decode_prefetch().ahead_bytes later (at least one row ahead, at most

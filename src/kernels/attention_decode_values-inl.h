@@ -306,6 +306,66 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
   for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The four-row P V tile of float32 value rows of d = 128 in place at a
+// fixed stride (a dense cache, no key mask) on AVX-512, with the
+// cross-pass prefetch (DirectBlockT, DecCross): keys [c0, c1) of the
+// block (key c's row at rows + c * stride, row r's weight pw[r * ldp +
+// c]) in runs of kDecQuadRun keys, each half of the columns (64: 4 rows x
+// 4 vectors of accumulators, in registers over the run) over the run in
+// turn, the second half's rows from L1. While it reads half x of key c's
+// row it prefetches half x of `next`'s row c into L2 (the next block's
+// key rows, 4 lines), so the prefetches go evenly among the FMAs, none in
+// a burst. In cache (one thread, 128 keys) the grouped-query decode took
+// 0.93x the time with it than with DecPVTile's four-row groups (each
+// prefetching its own rows ahead; docs/performance-notes.md,
+// thirty-seventh round).
+constexpr std::int64_t kDecQuadRun = 16;
+HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
+                               const float* HWY_RESTRICT rows, std::int64_t stride,
+                               std::int64_t c0, std::int64_t c1, const DecCross& next,
+                               float* HWY_RESTRICT o, std::int64_t dp) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  constexpr std::int64_t kHalf = 64;
+  constexpr int kW = static_cast<int>(kHalf / n);  // vectors of a half row
+  {
+    for (std::int64_t r0 = c0; r0 < c1; r0 += kDecQuadRun) {
+      const std::int64_t r1 = std::min(r0 + kDecQuadRun, c1);
+#pragma GCC unroll 1
+      for (std::int64_t x = 0; x < 2 * kHalf; x += kHalf) {
+        VF acc[4][kW];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+          for (int u = 0; u < kW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
+        }
+        for (std::int64_t c = r0; c < r1; ++c) {
+          const float* HWY_RESTRICT row = rows + c * stride + x;
+          const char* pr = next.rows != nullptr ? next.Row(c) + x * 4 : nullptr;
+          VF vv[kW];
+#pragma GCC unroll 4
+          for (int u = 0; u < kW; ++u) {
+            if (pr != nullptr) DecPrefetchLineT<true>(pr + 64 * u);
+            vv[u] = hn::LoadU(df, row + u * n);
+          }
+#pragma GCC unroll 4
+          for (int r = 0; r < 4; ++r) {
+            const VF pv = hn::Set(df, pw[r * ldp + c]);
+#pragma GCC unroll 4
+            for (int u = 0; u < kW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+          for (int u = 0; u < kW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // O = alpha O + P V for every row of the task over the block's keys,
 // each row over its own visible keys [first, lim) only (a NaN in a value
 // it cannot see never reaches it; neither are the keys the key mask hides
@@ -318,9 +378,17 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
 // value pass on a Zen 5.
 // The first tile of a kv head reads the block's value rows from memory,
 // the others from L2.
+//
+// k_next (DirectBlockT's cross-pass prefetch, float32 rows only): the
+// four-row tiles go through DecPVDenseQuad, prefetching the next block's
+// key rows (none where k_next->rows is null) instead of their own rows.
 template <typename TV>
 void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
-               std::int64_t cols, const DecRows<TV>& v, AttentionWork& w) {
+               std::int64_t cols, const DecRows<TV>& v, AttentionWork& w,
+               const DecCross* k_next = nullptr) {
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+  (void)k_next;
+#endif
   float* o = w.o.get();
   const float* s = w.s.get();
   const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
@@ -355,6 +423,15 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       if (e > c) {
         bool done = false;
         constexpr bool kF32 = std::is_same_v<TV, float>;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+        if constexpr (R == 4 && kF32) {
+          if (k_next != nullptr && dense_row) {
+            DecPVDenseQuad(df, s + r * cols, cols, base + v.at[0], p.v_stride[2], c, e,
+                           first_rows ? *k_next : DecCross(), o + r * dp, dp);
+            done = true;
+          }
+        }
+#endif
         if constexpr (R == 1 && kDecDenseRowValues && (!kF32 || kDecF32RowByKey)) {
           if (dense_row) {
             const bool ahead = first_rows && v.ahead > 0 && (!kF32 || v.f32_value_prefetch);

@@ -316,8 +316,11 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
     // A block whose keys are all masked is skipped.
     if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) continue;
     const std::int64_t cols = AttnRoundUp(df, max_lim);
-    if (t.direct) {
-      DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, w);
+    if (t.direct) {  // in ascending order (FirstKeyBlock)
+      const std::int64_t next_c0 = c0 + bl.bk;
+      const std::int64_t next_keys =
+          kb + 1 < kb1 ? std::max<std::int64_t>(std::min(bl.bk, t.sq.j - next_c0), 0) : 0;
+      DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, next_c0, next_keys, step == 0, w);
       continue;
     }
     BlockRowBias(p, t, c0, w);

@@ -358,12 +358,14 @@ void ExpectCausalAlibiOnThreads(const Tensor& q, const Tensor& k, const Tensor& 
 
 // Decode from a dense cache with d = 128 (on AVX-512 the rows are
 // addressed by their stride: DecScoresDenseTile for four query rows of a
-// kv head, DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one
-// row; a change to any of them fails here): float32, float16 and bfloat16
-// K and V with float32 q, one query head per kv head and four, key counts
-// that are and are not whole groups of 16 (the keys past the last whole
-// group take the general tiles), two key blocks, one thread and four (the
-// keys split across tasks), on every instruction set. Also the rows of a
+// kv head, with DecPVDenseQuad and the cross-pass prefetch for float32,
+// DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one row; a
+// change to any of them fails here): float32, float16 and bfloat16 K and
+// V with float32 q, one query head per kv head and four, key counts that
+// are and are not whole groups of 16 (the keys past the last whole group
+// take the general tiles), two and three key blocks (the last shorter),
+// one thread and four (the keys split across tasks), on every
+// instruction set. Also the rows of a
 // [b, j, hk, d] slab (a row stride of hk d), whose tasks hold several kv
 // heads and take the general tiles.
 TEST(AttentionKernelPaths, DecodeDenseRowsOfD128) {
@@ -374,7 +376,7 @@ TEST(AttentionKernelPaths, DecodeDenseRowsOfD128) {
     hwy::SetSupportedTargetsForTest(target);
     for (const DType kv_dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (const auto& [h, hk] : {std::pair<std::int64_t, std::int64_t>{2, 2}, {8, 2}, {4, 1}}) {
-        for (const std::int64_t j : {300, 37, 16}) {
+        for (const std::int64_t j : {300, 37, 16, 700}) {
           for (const bool slab : {false, true}) {
             SCOPED_TRACE(std::string(hwy::TargetName(target)) + " kv dtype " +
                          std::to_string(static_cast<int>(kv_dtype)) + " h " + std::to_string(h) +
