@@ -470,7 +470,8 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
   DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
     const auto prefetch_row = [](const char* pr) {
 #pragma GCC unroll 8
-      for (std::int64_t b = 0; b < kD * 4; b += 64) DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
+      for (std::int64_t b = 0; b < kD * 4; b += 64)
+        DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
     };
     for (std::int64_t c = 0; c < whole; c += 4) {
       if (own) {
@@ -650,19 +651,20 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
   std::int64_t* v_at = w.v_at.data();
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (std::is_same_v<T, float>) {
-    if (t.k_direct && t.v_direct && p.d == 128 && p.key_layout != KeyLayout::kPaged &&
-        p.key_mask == nullptr) {
+    // (DecScoresDenseTile's condition, its rows' prefetch distance at
+    // least 1 as DecBlockRows gives it; and the value rows in place)
+    if (t.v_direct && DecStrideRows(p, t, 1, DecRowsOfKvHead(p, t, t.kvh), 4)) {
       const DecRows<float> k = DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w);
-      if (DecStrideRows(p, t, k.ahead, DecRowsOfKvHead(p, t, t.kvh), 4)) {
-        const DecRows<float> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
-        const DecCross v_rows{v.base + v.at[0], p.v_stride[2], max_lim};
-        DecScores(df, p, t, max_lim, cols, k, w, &v_rows, first);
-        SoftmaxBlock(df, p, t, c0, cols, w);
-        DecCross k_next;
-        if (next_keys > 0) k_next = {k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2], next_keys};
-        DecValues(df, p, t, dp, cols, v, w, &k_next);
-        return;
+      const DecRows<float> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
+      const DecCross v_rows{v.base + v.at[0], p.v_stride[2], max_lim};
+      DecScores(df, p, t, max_lim, cols, k, w, &v_rows, first);
+      SoftmaxBlock(df, p, t, c0, cols, w);
+      DecCross k_next;  // none after the task's last block
+      if (next_keys > 0) {
+        k_next = {k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2], next_keys};
       }
+      DecValues(df, p, t, dp, cols, v, w, &k_next);
+      return;
     }
   }
 #else

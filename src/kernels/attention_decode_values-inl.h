@@ -322,9 +322,9 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
 // thirty-seventh round).
 constexpr std::int64_t kDecQuadRun = 16;
 HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
-                               const float* HWY_RESTRICT rows, std::int64_t stride,
-                               std::int64_t c0, std::int64_t c1, const DecCross& next,
-                               float* HWY_RESTRICT o, std::int64_t dp) {
+                               const float* HWY_RESTRICT rows, std::int64_t stride, std::int64_t c0,
+                               std::int64_t c1, const DecCross& next, float* HWY_RESTRICT o,
+                               std::int64_t dp) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::int64_t kHalf = 64;
   constexpr int kW = static_cast<int>(kHalf / n);  // vectors of a half row
