@@ -321,6 +321,18 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
 // prefetching its own rows ahead; docs/performance-notes.md,
 // thirty-seventh round).
 constexpr std::int64_t kDecQuadRun = 16;
+// base as float32 rows (null for another dtype): DecValues calls
+// DecPVDenseQuad in a branch its float32 instantiation alone takes, and
+// Clang checks that call's arguments in a generic lambda for every dtype.
+template <typename T>
+HWY_INLINE const float* DecFloatRows(const T* base) {
+  if constexpr (std::is_same_v<T, float>) {
+    return base;
+  } else {
+    (void)base;
+    return nullptr;
+  }
+}
 HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                                const float* HWY_RESTRICT rows, std::int64_t stride, std::int64_t c0,
                                std::int64_t c1, const DecCross& next, float* HWY_RESTRICT o,
@@ -426,8 +438,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
         if constexpr (R == 4 && kF32) {
           if (k_next != nullptr && dense_row) {
-            DecPVDenseQuad(df, s + r * cols, cols, base + v.at[0], p.v_stride[2], c, e,
-                           first_rows ? *k_next : DecCross(), o + r * dp, dp);
+            DecPVDenseQuad(df, s + r * cols, cols, DecFloatRows(base) + v.at[0], p.v_stride[2], c,
+                           e, first_rows ? *k_next : DecCross(), o + r * dp, dp);
             done = true;
           }
         }
