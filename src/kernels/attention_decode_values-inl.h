@@ -340,38 +340,36 @@ HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr std::int64_t kHalf = 64;
   constexpr int kW = static_cast<int>(kHalf / n);  // vectors of a half row
-  {
-    for (std::int64_t r0 = c0; r0 < c1; r0 += kDecQuadRun) {
-      const std::int64_t r1 = std::min(r0 + kDecQuadRun, c1);
+  for (std::int64_t r0 = c0; r0 < c1; r0 += kDecQuadRun) {
+    const std::int64_t r1 = std::min(r0 + kDecQuadRun, c1);
 #pragma GCC unroll 1
-      for (std::int64_t x = 0; x < 2 * kHalf; x += kHalf) {
-        VF acc[4][kW];
+    for (std::int64_t x = 0; x < 2 * kHalf; x += kHalf) {
+      VF acc[4][kW];
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < 4; ++r) {
 #pragma GCC unroll 4
-          for (int u = 0; u < kW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
-        }
-        for (std::int64_t c = r0; c < r1; ++c) {
-          const float* HWY_RESTRICT row = rows + c * stride + x;
-          const char* pr = next.rows != nullptr ? next.Row(c) + x * 4 : nullptr;
-          VF vv[kW];
+        for (int u = 0; u < kW; ++u) acc[r][u] = hn::LoadU(df, o + r * dp + x + u * n);
+      }
+      for (std::int64_t c = r0; c < r1; ++c) {
+        const float* HWY_RESTRICT row = rows + c * stride + x;
+        const char* pr = next.rows != nullptr ? next.Row(c) + x * 4 : nullptr;
+        VF vv[kW];
 #pragma GCC unroll 4
-          for (int u = 0; u < kW; ++u) {
-            if (pr != nullptr) DecPrefetchLineT<true>(pr + 64 * u);
-            vv[u] = hn::LoadU(df, row + u * n);
-          }
-#pragma GCC unroll 4
-          for (int r = 0; r < 4; ++r) {
-            const VF pv = hn::Set(df, pw[r * ldp + c]);
-#pragma GCC unroll 4
-            for (int u = 0; u < kW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
-          }
+        for (int u = 0; u < kW; ++u) {
+          if (pr != nullptr) DecPrefetchLineT<true>(pr + 64 * u);
+          vv[u] = hn::LoadU(df, row + u * n);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) {
+          const VF pv = hn::Set(df, pw[r * ldp + c]);
 #pragma GCC unroll 4
-          for (int u = 0; u < kW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
+          for (int u = 0; u < kW; ++u) acc[r][u] = hn::MulAdd(pv, vv[u], acc[r][u]);
         }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+        for (int u = 0; u < kW; ++u) hn::StoreU(acc[r][u], df, o + r * dp + x + u * n);
       }
     }
   }
