@@ -310,7 +310,7 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
     done = DecScoresDenseTile(df, p, t, max_lim, cols, k, cross, own_ahead, w);
     if (done == 0) done = DecScoresRunTiles(df, p, t, max_lim, cols, k, w);
   }
-  if (done == 0) done = DecScoresDenseRow(df, p, t, max_lim, cols, k, w);
+  if (done == 0) done = DecScoresDenseRow(df, p, t, max_lim, cols, k, cross, own_ahead, w);
   auto walk = k.StartGroups(n, nkv);
   // (done: whole groups, nkv places each; the rest's prefetch walk starts
   // where it ends)
@@ -343,36 +343,44 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 }
 
 // The block step of a direct task; next_c0, next_keys: the task's next
-// key block (next_keys 0 where this is its last), first: its first block.
+// key block (next_keys 0 where this is its last), first: whether the
+// task's last block step was not a direct one (its first block, or one
+// after skipped blocks: no value pass prefetched this block's key rows).
 //
-// Four query rows of one kv head with float32 rows of d = 128 in a dense
-// cache (the grouped-query decode of Llama-2-70B and Mistral) take the
-// cross-pass prefetch on AVX-512 (DecCross): the score pass prefetches
-// this block's value rows, the value pass (DecPVDenseQuad) the next
-// block's key rows.
+// Rows of d = 128 in a dense cache take the cross-pass prefetch
+// (DecCross: the score pass prefetches this block's value rows, the value
+// pass the next block's key rows) where they are four query rows of one
+// kv head in float32 on AVX-512 (the grouped-query decode of Llama-2-70B
+// and Mistral; DecScoresDenseTile, DecPVDenseQuad) or one query row a kv
+// head in float16 or bfloat16 on AVX2 and AVX-512 (DecScoresDenseRow,
+// DecPVDenseRow).
 template <typename T>
 void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                   std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
                   std::int64_t next_keys, bool first, AttentionWork& w) {
   std::int64_t* k_at = w.k_at.data();
   std::int64_t* v_at = w.v_at.data();
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (std::is_same_v<T, float>) {
-    // (DecScoresDenseTile's condition, its rows' prefetch distance at
-    // least 1 as DecBlockRows gives it; and the value rows in place)
-    if (t.v_direct && DecStrideRows(p, t, 1, DecRowsOfKvHead(p, t, t.kvh), 4)) {
-      const DecRows<float> k = DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w);
-      const DecRows<float> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
-      const DecCross v_rows{v.base + v.at[0], p.v_stride[2], max_lim};
-      DecScores(df, p, t, max_lim, cols, k, w, &v_rows, first);
-      SoftmaxBlock(df, p, t, c0, cols, w);
-      DecCross k_next;  // none after the task's last block
-      if (next_keys > 0) {
-        k_next = {k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2], next_keys};
-      }
-      DecValues(df, p, t, dp, cols, v, w, &k_next);
-      return;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // (DecScoresDenseTile's or DecScoresDenseRow's condition, its rows'
+  // prefetch distance at least 1 as DecBlockRows gives it; and the value
+  // rows in place)
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  constexpr bool kQuad = kF32 && HWY_TARGET <= HWY_AVX3;
+  const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
+  if (t.k_direct && t.v_direct &&
+      ((kQuad && DecStrideRows(p, t, 1, rr, 4)) || (!kF32 && DecStrideRows(p, t, 1, rr, 1)))) {
+    const DecRows<T> k = DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w);
+    const DecRows<T> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
+    const DecCross v_rows = DecCrossOf(v.base + v.at[0], p.v_stride[2], max_lim);
+    DecScores(df, p, t, max_lim, cols, k, w, &v_rows, first);
+    SoftmaxBlock(df, p, t, c0, cols, w);
+    DecCross k_next;  // none after the task's last block
+    if (next_keys > 0) {
+      k_next = DecCrossOf(k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2],
+                          next_keys);
     }
+    DecValues(df, p, t, dp, cols, v, w, &k_next);
+    return;
   }
 #else
   (void)next_c0;
@@ -398,7 +406,7 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
 // One key block [c0, c0 + max_lim) of a direct (decode) task: scores,
 // the online-softmax update, then O = alpha O + P V. next_c0, next_keys:
 // the task's next key block (next_keys 0 after its last); first: whether
-// this is the task's first (DirectBlockT).
+// no direct block step came just before it in the task (DirectBlockT).
 void DirectBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
                  std::int64_t next_keys, bool first, AttentionWork& w) {

@@ -253,26 +253,39 @@ struct DecRows {
 };
 
 // Rows that the other pass of a block step reads next (DirectBlockT's
-// cross-pass prefetch, dense float32 rows of four query rows a kv head on
-// AVX-512): the score pass prefetches the block's value rows, key by key
-// as it reads their key rows, and the value pass the next block's key
-// rows, into L2 on every CPU (a pass ahead is 128 KiB, more than an L1).
-// Each pass then finds its own rows in L2, fetched a whole pass earlier,
-// and the memory streams at one pace through both passes. Against each
-// pass prefetching its own rows a few keys ahead, the bench's
-// grouped-query decode took 0.93-0.95x the time (fraction_of_read
-// 0.731-0.761 before, 0.796-0.805 after, three alternated runs), and
-// 0.92x from memory on one thread (posbias-attention-loop, 512 MiB), on an
-// Emerald Rapids Xeon (docs/performance-notes.md, thirty-seventh round);
-// not measured on AMD.
+// cross-pass prefetch of rows of d = 128 in a dense cache: float32 rows of
+// four query rows a kv head on AVX-512, 16-bit rows of one query row a kv
+// head on AVX2 and AVX-512): the score pass prefetches the block's value
+// rows, key by key as it reads their key rows, and the value pass the
+// next block's key rows, into L2 on every CPU (a pass ahead is 64-128
+// KiB, more than an L1). Each pass then finds its own rows in L2, fetched
+// a whole pass earlier, and the memory streams at one pace through both
+// passes. Against each pass prefetching its own rows a few keys ahead, on
+// an Emerald Rapids Xeon: the bench's grouped-query decode took 0.93-0.95x
+// the time (fraction_of_read 0.731-0.761 before, 0.796-0.805 after, three
+// alternated runs), and 0.92x from memory on one thread
+// (posbias-attention-loop, 512 MiB; docs/performance-notes.md,
+// thirty-seventh round); the float16 and bfloat16 decodes (float32 q)
+// 0.94-0.97x (fraction_of_read 0.83-0.87 before, 0.885-0.905 after, three
+// alternated runs), the AVX2 code's 0.91 and 0.94x from memory, and 1.04-1.08x
+// in cache over 512 keys, where the task's first block, which prefetches
+// its own key rows too, is half of them (thirty-eighth round). Float32
+// rows of one query row measured 0.98 and 1.03x (noise) and keep their
+// own prefetch. Not measured on AMD.
 struct DecCross {
-  const float* rows = nullptr;         // key 0's row (null: nothing to prefetch)
-  std::int64_t stride = 0, count = 0;  // elements between rows; rows there (>= 1)
+  const char* rows = nullptr;          // key 0's row (null: nothing to prefetch)
+  std::int64_t stride = 0, count = 0;  // bytes between rows; rows there (>= 1)
   // Key c's row, the last one standing for those past it.
-  const char* Row(std::int64_t c) const {
-    return reinterpret_cast<const char*>(rows + std::min(c, count - 1) * stride);
-  }
+  const char* Row(std::int64_t c) const { return rows + std::min(c, count - 1) * stride; }
+  // Key c's row, c < count.
+  const char* RowIn(std::int64_t c) const { return rows + c * stride; }
 };
+// The rows of T at `rows`, `stride` elements apart, as a DecCross.
+template <typename T>
+HWY_INLINE DecCross DecCrossOf(const T* rows, std::int64_t stride, std::int64_t count) {
+  return {reinterpret_cast<const char*>(rows), stride * static_cast<std::int64_t>(sizeof(T)),
+          count};
+}
 
 // Rows read in place: the block's and, to prefetch, up to kDecMaxAhead
 // more of the sequence's keys; the passes prefetch the row they will read

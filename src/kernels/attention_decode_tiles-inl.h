@@ -58,10 +58,16 @@ HWY_INLINE bool DecStrideRows(const AttentionParams& p, const AttentionTask& t, 
 // scratch builds). The AVX2 code on a Zen 1 EPYC: float32 decode 0.93 and
 // 0.96x the time, float16 0.96-0.99 (docs/performance-notes.md,
 // twenty-eighth round).
+//
+// With `cross` (DirectBlockT's cross-pass prefetch) it prefetches key c's
+// value row into L2 as it reads key c's key row, a line among each line's
+// FMAs, and its own key rows ahead only where own_ahead (the task's first
+// block).
 template <typename TK>
 HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const AttentionTask& t,
                                           std::int64_t max_lim, std::int64_t cols,
-                                          const DecRows<TK>& k, AttentionWork& w) {
+                                          const DecRows<TK>& k, const DecCross* cross,
+                                          bool own_ahead, AttentionWork& w) {
   constexpr std::int64_t kD = 128;
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
@@ -79,6 +85,7 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
   VF qh[kHeld > 0 ? kHeld : 1];
   for (int x = 0; x < kHeld; ++x) qh[x] = DecLoadHeld(df, q + x * n);
   const std::int64_t last = k.avail - 1, whole = max_lim / n * n;
+  const bool own = cross == nullptr || own_ahead;
   DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
     for (std::int64_t c = 0; c < whole; c += n) {
       VF acc[kDecLanes];
@@ -86,11 +93,16 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
       for (std::int64_t u = 0; u < n; ++u) {
         const TK* HWY_RESTRICT row = base + (c + u) * st;
         const char* pfr =
-            reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st);
+            own ? reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st)
+                : nullptr;
+        const char* pfc = cross != nullptr ? cross->RowIn(c + u) : nullptr;
         VF a[C];
 #pragma GCC unroll 16
         for (int x = 0; x < kV; ++x) {
-          if (x % kPer == 0) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
+          if (x % kPer == 0) {
+            if (pfr != nullptr) DecPrefetchLineT<decltype(l2_tag)::value>(pfr + x * kVecBytes);
+            if (pfc != nullptr) DecPrefetchLineT<true>(pfc + x * kVecBytes);
+          }
           const VF qv = x < kHeld ? qh[x < kHeld ? x : 0] : hn::LoadU(df, q + x * n);
           a[x % C] = x < C ? hn::Mul(qv, DecLoadVec(df, row, x * n, kD))
                            : hn::MulAdd(qv, DecLoadVec(df, row, x * n, kD), a[x % C]);
@@ -110,7 +122,7 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF df, const AttentionParams& p, const
 template <typename TK>
 HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const AttentionTask&,
                                           std::int64_t, std::int64_t, const DecRows<TK>&,
-                                          AttentionWork&) {
+                                          const DecCross*, bool, AttentionWork&) {
   return 0;
 }
 #endif
@@ -230,7 +242,7 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
       const char* pf[4];
       if (cross != nullptr) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < 4; ++u) pf[u] = cross->Row(c + u);
+        for (std::int64_t u = 0; u < 4; ++u) pf[u] = cross->RowIn(c + u);
       }
       DecQ4K4Tile<true>(df, q, base + c * st, st, s + c, cols, cross != nullptr ? pf : nullptr);
     }

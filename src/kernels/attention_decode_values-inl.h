@@ -282,18 +282,40 @@ constexpr bool kDecDenseRowValues = true;
 #else
 constexpr bool kDecDenseRowValues = false;
 #endif
+//
+// next (DirectBlockT's cross-pass prefetch), when not null: the next
+// block's key rows, key c's prefetched into L2 before key c's loads (a
+// line among each line's FMAs) instead of the row `ahead` (none where
+// next->rows is null: the task's last block).
 template <typename TV>
 HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* base,
                               const DecRows<TV>& v, std::int64_t stride, std::int64_t c0,
                               std::int64_t c1, bool prefetch, std::int64_t row_bytes,
-                              float* HWY_RESTRICT o) {
+                              const DecCross* next, float* HWY_RESTRICT o) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   constexpr int kV = kDecVecs128;
+  constexpr std::int64_t kVecBytes = n * static_cast<std::int64_t>(sizeof(TV));
+  constexpr std::int64_t kPer = kVecBytes >= 64 ? 1 : 64 / kVecBytes;  // vectors per line
   const TV* HWY_RESTRICT rows = base + v.at[0];
   const std::int64_t last = v.avail - 1;
   VF acc[kV];
 #pragma GCC unroll 16
   for (int u = 0; u < kV; ++u) acc[u] = hn::LoadU(df, o + u * n);
+  if (next != nullptr) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      const char* pr = next->rows != nullptr ? next->Row(c) : nullptr;
+      const TV* HWY_RESTRICT row = rows + c * stride;
+      const VF pv = hn::Set(df, pw[c]);
+#pragma GCC unroll 16
+      for (int u = 0; u < kV; ++u) {
+        if (pr != nullptr && u % kPer == 0) DecPrefetchLineT<true>(pr + u * kVecBytes);
+        acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, kV * n), acc[u]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
+    return;
+  }
   for (std::int64_t c = c0; c < c1; ++c) {
     if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes, v.to_l2);
     const TV* HWY_RESTRICT row = rows + c * stride;
@@ -389,16 +411,14 @@ HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t
 // The first tile of a kv head reads the block's value rows from memory,
 // the others from L2.
 //
-// k_next (DirectBlockT's cross-pass prefetch, float32 rows only): the
-// four-row tiles go through DecPVDenseQuad, prefetching the next block's
-// key rows (none where k_next->rows is null) instead of their own rows.
+// k_next (DirectBlockT's cross-pass prefetch): the four-row tiles of
+// float32 rows go through DecPVDenseQuad and the one-row tiles through
+// DecPVDenseRow, prefetching the next block's key rows (none where
+// k_next->rows is null) instead of their own rows.
 template <typename TV>
 void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                std::int64_t cols, const DecRows<TV>& v, AttentionWork& w,
                const DecCross* k_next = nullptr) {
-#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
-  (void)k_next;
-#endif
   float* o = w.o.get();
   const float* s = w.s.get();
   const auto first = [&](std::int64_t r) { return w.first[static_cast<std::size_t>(r)]; };
@@ -446,7 +466,8 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
           if (dense_row) {
             const bool ahead = first_rows && v.ahead > 0 && (!kF32 || v.f32_value_prefetch);
             DecPVDenseRow(df, s + r * cols, base, v, p.v_stride[2], c, e, ahead,
-                          p.d * static_cast<std::int64_t>(sizeof(TV)), o + r * dp);
+                          p.d * static_cast<std::int64_t>(sizeof(TV)),
+                          k_next != nullptr && first_rows ? k_next : nullptr, o + r * dp);
             done = true;
           }
         }

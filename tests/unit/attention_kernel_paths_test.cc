@@ -359,8 +359,9 @@ void ExpectCausalAlibiOnThreads(const Tensor& q, const Tensor& k, const Tensor& 
 // Decode from a dense cache with d = 128 (on AVX-512 the rows are
 // addressed by their stride: DecScoresDenseTile for four query rows of a
 // kv head, with DecPVDenseQuad and the cross-pass prefetch for float32,
-// DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one row; a
-// change to any of them fails here): float32, float16 and bfloat16 K and
+// DecScoresDenseRow and, for 16-bit values, DecPVDenseRow for one row, with
+// the cross-pass prefetch for 16-bit rows; a change to any of them fails
+// here): float32, float16 and bfloat16 K and
 // V with float32 q, one query head per kv head and four, key counts that
 // are and are not whole groups of 16 (the keys past the last whole group
 // take the general tiles), two and three key blocks (the last shorter),
