@@ -301,28 +301,18 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
   VF acc[kV];
 #pragma GCC unroll 16
   for (int u = 0; u < kV; ++u) acc[u] = hn::LoadU(df, o + u * n);
-  if (next != nullptr) {
-    for (std::int64_t c = c0; c < c1; ++c) {
-      const char* pr = next->rows != nullptr ? next->Row(c) : nullptr;
-      const TV* HWY_RESTRICT row = rows + c * stride;
-      const VF pv = hn::Set(df, pw[c]);
-#pragma GCC unroll 16
-      for (int u = 0; u < kV; ++u) {
-        if (pr != nullptr && u % kPer == 0) DecPrefetchLineT<true>(pr + u * kVecBytes);
-        acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, kV * n), acc[u]);
-      }
-    }
-#pragma GCC unroll 16
-    for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
-    return;
-  }
+  const bool own = next == nullptr && prefetch;
+  const bool cross = next != nullptr && next->rows != nullptr;
   for (std::int64_t c = c0; c < c1; ++c) {
-    if (prefetch) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes, v.to_l2);
+    if (own) DecPrefetchRow(rows + std::min(c + v.ahead, last) * stride, row_bytes, v.to_l2);
+    const char* pr = cross ? next->Row(c) : nullptr;
     const TV* HWY_RESTRICT row = rows + c * stride;
     const VF pv = hn::Set(df, pw[c]);
 #pragma GCC unroll 16
-    for (int u = 0; u < kV; ++u)
+    for (int u = 0; u < kV; ++u) {
+      if (pr != nullptr && u % kPer == 0) DecPrefetchLineT<true>(pr + u * kVecBytes);
       acc[u] = hn::MulAdd(pv, DecLoadVec(df, row, u * n, kV * n), acc[u]);
+    }
   }
 #pragma GCC unroll 16
   for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
