@@ -311,25 +311,21 @@ void RunTask(const AttentionParams& p, const AttentionBlocking& bl, const Attent
   // prefetched this block's key rows: DirectBlock's cross-pass prefetch).
   bool after_direct = false;
   for (std::int64_t step = 0; step < kb1 - kb0; ++step) {
+    const bool prefetched = after_direct;
+    after_direct = false;  // until a direct step below runs
     const std::int64_t kb = step <= first - kb0 ? first - step : kb0 + step;
     const std::int64_t c0 = kb * bl.bk;
     const std::int64_t bc = std::min(bl.bk, t.sq.j - c0);
     const std::int64_t max_lim = BlockLimits(t, c0, bc, w);
-    if (max_lim == 0) {
-      after_direct = false;
-      continue;
-    }
+    if (max_lim == 0) continue;
     // A block whose keys are all masked is skipped.
-    if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) {
-      after_direct = false;
-      continue;
-    }
+    if (p.key_mask != nullptr && !BlockKeep(p, t, c0, bc, bl.bkp, w)) continue;
     const std::int64_t cols = AttnRoundUp(df, max_lim);
     if (t.direct) {  // in ascending order (FirstKeyBlock)
       const std::int64_t next_c0 = c0 + bl.bk;
       const std::int64_t next_keys =
           kb + 1 < kb1 ? std::max<std::int64_t>(std::min(bl.bk, t.sq.j - next_c0), 0) : 0;
-      DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, next_c0, next_keys, !after_direct, w);
+      DirectBlock(df, p, t, bl.dp, c0, max_lim, cols, next_c0, next_keys, !prefetched, w);
       after_direct = true;
       continue;
     }
