@@ -253,17 +253,23 @@ void describe_kvcache(AttentionCall& call, const Tensor& cache_seqlens, const Te
   detail::finish_attention_table(call, bias);
 }
 
-Tensor kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
-                       const Tensor& v_cache, const Tensor& cache_seqlens,
-                       const Tensor& block_table, const AttentionBias& bias,
-                       const AttentionOptions& options, bool reference) {
+// out [b, i, h, d] and, when want_lse, lse [b, h, i] (describe_kvcache's
+// lse strides).
+AttentionForwardResult kvcache_forward(const char* who, const Tensor& q, const Tensor& k_cache,
+                                       const Tensor& v_cache, const Tensor& cache_seqlens,
+                                       const Tensor& block_table, const AttentionBias& bias,
+                                       const AttentionOptions& options, bool want_lse,
+                                       bool reference) {
   AttentionCall call(who, q, k_cache, v_cache);
   describe_kvcache(call, cache_seqlens, block_table, bias, options);
-  Tensor out = Tensor::empty(q.shape(), q.dtype());
-  if (out.numel() == 0) return out;
-  call.p.out = out.raw_mutable_data();
+  AttentionForwardResult res;
+  res.out = Tensor::empty(q.shape(), q.dtype());
+  if (want_lse) res.lse = Tensor::empty({call.p.b, call.p.h, call.p.i}, detail::lse_dtype(call.p));
+  if (res.out.numel() == 0) return res;
+  call.p.out = res.out.raw_mutable_data();
+  if (want_lse) detail::set_forward_lse(call, res.lse);
   detail::run_attention_forward(call, reference);
-  return out;
+  return res;
 }
 
 // One row, element type S to D (dtype branches outside the loop).
@@ -399,14 +405,23 @@ Tensor attention_kvcache_forward(const Tensor& q, const Tensor& k_cache, const T
                                  const Tensor& cache_seqlens, const Tensor& block_table,
                                  const AttentionBias& bias, const AttentionOptions& options) {
   return kvcache_forward("attention_kvcache_forward", q, k_cache, v_cache, cache_seqlens,
-                         block_table, bias, options, false);
+                         block_table, bias, options, false, false)
+      .out;
+}
+
+AttentionForwardResult attention_kvcache_forward_lse(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens,
+    const Tensor& block_table, const AttentionBias& bias, const AttentionOptions& options) {
+  return kvcache_forward("attention_kvcache_forward_lse", q, k_cache, v_cache, cache_seqlens,
+                         block_table, bias, options, true, false);
 }
 
 Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                    const Tensor& cache_seqlens, const Tensor& block_table,
                                    const AttentionBias& bias, const AttentionOptions& options) {
   return kvcache_forward("attention_kvcache_reference", q, k_cache, v_cache, cache_seqlens,
-                         block_table, bias, options, true);
+                         block_table, bias, options, false, true)
+      .out;
 }
 
 void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlens,

@@ -380,6 +380,20 @@ Tensor attention_kvcache_forward(const Tensor& q, const Tensor& k_cache, const T
                                  const AttentionBias& bias = AttentionBias::none(),
                                  const AttentionOptions& options = {});
 
+/// attention_kvcache_forward() and the log-sum-exp of every query row, as
+/// flash_attn_with_kvcache's return_softmax_lse: lse float32 [b, h, i]
+/// (float64 in a float64 call), lse[s][x][r] = ln(sum over the keys row r of
+/// sequence s sees of exp(its score)), -inf for a row that sees no key. out
+/// is the same as attention_kvcache_forward()'s (the same bits). With it,
+/// results over disjoint parts of a query's keys merge as
+/// AttentionForwardResult says (with a position bias, each part must score
+/// its keys at their true distances from the query). Same contract and
+/// errors as attention_kvcache_forward().
+AttentionForwardResult attention_kvcache_forward_lse(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens,
+    const Tensor& block_table, const AttentionBias& bias = AttentionBias::none(),
+    const AttentionOptions& options = {});
+
 /// The plain path of attention_kvcache_forward() (same contract and checks).
 Tensor attention_kvcache_reference(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                    const Tensor& cache_seqlens, const Tensor& block_table,

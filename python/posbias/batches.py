@@ -94,7 +94,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            softmax_scale: Optional[float] = None, causal: bool = False,
                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                            alibi_slopes: Optional[torch.Tensor] = None,
-                           distance_table: Optional[torch.Tensor] = None) -> torch.Tensor:
+                           distance_table: Optional[torch.Tensor] = None,
+                           return_softmax_lse: bool = False):
     """Attention of new queries against a KV cache, as FlashAttention-2's
     flash_attn_with_kvcache (forward only): q [b, i, h, d]; cache_seqlens int32
     [b]; with block_table int32 [b, max_blocks], k_cache and v_cache are paged
@@ -103,8 +104,15 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     written into the caches (in place) at positions cache_seqlens[s] ..
     cache_seqlens[s] + n - 1, and attention reads cache_seqlens + n keys
     (cache_seqlens itself is not changed). The queries are each sequence's
-    last i positions. Returns out [b, i, h, d] in q's dtype."""
+    last i positions. Returns out [b, i, h, d] in q's dtype, or with
+    return_softmax_lse (out, lse float32 [b, h, i]; float64 for float64 q),
+    the natural log of each row's softmax denominator, -inf for a row that
+    sees no key (flash_attn_with_kvcache's softmax_lse): what merging this
+    result with attention over other keys of the same queries needs."""
     who = "attention_with_kvcache"
+    if not isinstance(return_softmax_lse, bool):
+        raise TypeError(f"posbias: {who}: return_softmax_lse must be a bool, got "
+                        f"{type(return_softmax_lse).__name__}")
     if (k is None) != (v is None):
         raise ValueError(f"posbias: {who}: give both k and v or neither")
     if alibi_slopes is not None and distance_table is not None:
@@ -122,6 +130,10 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             _ops.kvcache_append(k_cache, v_cache, cache_seqlens, block_table, k, v)
         seqlens = (cache_seqlens + k.shape[1]).to(cache_seqlens.dtype)
     with torch.no_grad():
+        if return_softmax_lse:
+            return _ops.attention_kvcache_lse(q, k_cache, v_cache, seqlens, block_table,
+                                              alibi_slopes, distance_table, scale, causal, left,
+                                              right, softcap)
         return _ops.attention_kvcache(q, k_cache, v_cache, seqlens, block_table, alibi_slopes,
                                       distance_table, scale, causal, left, right, softcap)
 

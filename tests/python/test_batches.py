@@ -221,6 +221,7 @@ def test_attention_with_kvcache(paged, append, bias, causal, window, softcap):
         distance_table=bias_t.get("table"))
     assert out.shape == q.shape
     assert torch.equal(seqlens, torch.tensor([5, 9], dtype=torch.int32))  # not changed
+    refs = []
     for s in range(b):
         j = int(seqlens[s]) + append
         ks = contiguous_keys(k_cache, block_table, s, j)
@@ -233,10 +234,23 @@ def test_attention_with_kvcache(paged, append, bias, causal, window, softcap):
         sl = bias_t.get("slopes")
         if sl is not None and sl.dim() == 2:
             sl = sl[s]
-        ref, _ = ref_one(q[s].transpose(0, 1).double(), ks.transpose(0, 1).double(),
-                         vs.transpose(0, 1).double(), d ** -0.5, causal, j - i, window, softcap,
-                         slopes=sl, table=bias_t.get("table"))
+        ref, ref_lse = ref_one(q[s].transpose(0, 1).double(), ks.transpose(0, 1).double(),
+                               vs.transpose(0, 1).double(), d ** -0.5, causal, j - i, window,
+                               softcap, slopes=sl, table=bias_t.get("table"))
         close(out[s], ref.transpose(0, 1))
+        refs.append(ref_lse)
+    # The same call with the lse (the keys appended above now in the cache):
+    # out the same bits, lse [b, h, i] the reference's.
+    out2, lse = posbias.attention_with_kvcache(
+        q, k_cache, v_cache, seqlens + append, block_table=block_table, causal=causal,
+        window_size=window, softcap=softcap, alibi_slopes=bias_t.get("slopes"),
+        distance_table=bias_t.get("table"), return_softmax_lse=True)
+    assert torch.equal(out2, out)
+    assert lse.shape == (b, h, i) and lse.dtype == torch.float32
+    ref_lse = torch.stack(refs)
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    close(lse[fin], ref_lse[fin])
 
 
 def test_kvcache_bfloat16_cache_with_float32_queries():
@@ -249,6 +263,55 @@ def test_kvcache_bfloat16_cache_with_float32_queries():
     vs = contiguous_keys(v_cache, block_table, 0, 10).double().transpose(0, 1)
     ref, _ = ref_one(q[0].transpose(0, 1).double(), ks, vs, 8 ** -0.5, True, 9, (-1, -1), 0.0)
     close(out[0], ref.transpose(0, 1))
+
+
+@pytest.mark.parametrize("paged", [True, False])
+def test_kvcache_lse_merges_a_split_of_the_keys(paged):
+    """Each sequence's keys split in two caches (a prefix, the rest), each
+    attended with return_softmax_lse, merged as the lse says (logaddexp of
+    the two, each out weighted by exp(lse_part - lse)): the attention over all
+    the keys. Without a position bias and not causal, a query scores every
+    key the same in either call."""
+    torch.manual_seed(11)
+    b, h, hk, d, bs = 3, 4, 2, 16, 4
+    lens = [9, 1, 14]
+    prefix = [4, 0, 8]  # the second sequence's prefix is empty: lse -inf there
+    q = torch.randn(b, 1, h, d)
+    keys = [torch.randn(n, hk, d) for n in lens]
+    vals = [torch.randn(n, hk, d) for n in lens]
+
+    def cache_of(parts):
+        seqlens = torch.tensor([p.shape[0] for p in parts[0]], dtype=torch.int32)
+        if not paged:
+            n = max(int(seqlens.max()), 1)
+            kc, vc = torch.zeros(b, n, hk, d), torch.zeros(b, n, hk, d)
+            for s in range(b):
+                kc[s, :parts[0][s].shape[0]] = parts[0][s]
+                vc[s, :parts[1][s].shape[0]] = parts[1][s]
+            return kc, vc, seqlens, None
+        max_blocks = max((int(n) + bs - 1) // bs for n in seqlens)
+        kc, vc, table = paged_cache(b, max(max_blocks, 1), bs, hk, d)
+        for s in range(b):
+            for c in range(int(seqlens[s])):
+                kc[table[s, c // bs], c % bs] = parts[0][s][c]
+                vc[table[s, c // bs], c % bs] = parts[1][s][c]
+        return kc, vc, seqlens, table
+
+    whole = cache_of((keys, vals))
+    first = cache_of(([k[:n] for k, n in zip(keys, prefix)], [v[:n] for v, n in zip(vals, prefix)]))
+    rest = cache_of(([k[n:] for k, n in zip(keys, prefix)], [v[n:] for v, n in zip(vals, prefix)]))
+    want, want_lse = posbias.attention_with_kvcache(q, *whole[:3], block_table=whole[3],
+                                                    return_softmax_lse=True)
+    o1, l1 = posbias.attention_with_kvcache(q, *first[:3], block_table=first[3],
+                                            return_softmax_lse=True)
+    o2, l2 = posbias.attention_with_kvcache(q, *rest[:3], block_table=rest[3],
+                                            return_softmax_lse=True)
+    assert torch.isinf(l1[1]).all() and (l1[1] < 0).all()
+    lse = torch.logaddexp(l1, l2)
+    w1 = torch.exp(l1 - lse).transpose(1, 2).unsqueeze(-1)  # [b, i, h, 1]
+    w2 = torch.exp(l2 - lse).transpose(1, 2).unsqueeze(-1)
+    close(lse, want_lse)
+    close(o1 * w1 + o2 * w2, want)
 
 
 def test_empty_gives_huge_page_aligned_caches_that_attention_reads():
@@ -344,6 +407,9 @@ def test_kvcache_errors():
     with pytest.raises(ValueError, match="both k and v"):
         posbias.attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table,
                                        k=torch.randn(2, 1, 2, 8))
+    with pytest.raises(TypeError, match="return_softmax_lse must be a bool"):
+        posbias.attention_with_kvcache(q, k_cache, v_cache, seqlens, block_table,
+                                       return_softmax_lse=1)
 
 
 def test_attention_option_errors():

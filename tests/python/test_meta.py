@@ -177,6 +177,7 @@ def test_kvcache_meta_matches_cpu(paged):
     args = [q, kc, vc, seqlens, block_table, posbias.alibi_slopes(4), None, None, True, -1, -1,
             0.0]
     _same_meta(P.attention_kvcache(*args), P.attention_kvcache(*_to_meta(args)))
+    _same_meta(P.attention_kvcache_lse(*args), P.attention_kvcache_lse(*_to_meta(args)))
     kn, vn = (torch.randn(b, 2, hk, d, generator=g) for _ in range(2))
     margs = _to_meta([kc, vc, seqlens, block_table, kn, vn])
     P.kvcache_append(*margs)  # shape checks only, nothing written

@@ -178,6 +178,7 @@ void check_cache_case(const CacheCase& cc) {
     bias = AttentionBias::distance_table(Tensor::from_vector({cc.h, n}, table));
   }
   std::vector<float> want(static_cast<std::size_t>(b * cc.i * cc.h * cc.d));
+  std::vector<double> want_lse(static_cast<std::size_t>(b * cc.h * cc.i));  // [b, h, i]
   for (std::int64_t s = 0; s < b; ++s) {
     test::NaiveSeq a;
     a.h = cc.h, a.hk = cc.hk, a.i = cc.i, a.j = cc.lens[s], a.d = cc.d;
@@ -198,6 +199,8 @@ void check_cache_case(const CacheCase& cc) {
     const test::NaiveOut o = test::naive_attention(a);
     for (std::int64_t x = 0; x < cc.h; ++x) {
       for (std::int64_t r = 0; r < cc.i; ++r) {
+        want_lse[static_cast<std::size_t>((s * cc.h + x) * cc.i + r)] =
+            o.lse[static_cast<std::size_t>(x * cc.i + r)];
         for (std::int64_t e = 0; e < cc.d; ++e) {
           want[static_cast<std::size_t>(((s * cc.i + r) * cc.h + x) * cc.d + e)] =
               static_cast<float>(o.out[static_cast<std::size_t>((x * cc.i + r) * cc.d + e)]);
@@ -217,6 +220,21 @@ void check_cache_case(const CacheCase& cc) {
       attention_kvcache_reference(q, c.k_cache, c.v_cache, c.seqlens, c.table, bias, opt)
           .to_float_vector(),
       want, "kvcache_reference", atol, rtol);
+  // With the lse: out the same bits, lse [b, h, i] the naive formula's.
+  const AttentionForwardResult fl =
+      attention_kvcache_forward_lse(q, c.k_cache, c.v_cache, c.seqlens, c.table, bias, opt);
+  ASSERT_EQ(fl.out.shape(), out.shape());
+  ASSERT_EQ(fl.lse.shape(), (Shape{b, cc.h, cc.i}));
+  ASSERT_EQ(fl.lse.dtype(), DType::kFloat32);
+  EXPECT_EQ(fl.out.to_float_vector(), out.to_float_vector()) << "out of kvcache_forward_lse";
+  const std::vector<float> lse = fl.lse.to_float_vector();
+  for (std::size_t x = 0; x < lse.size(); ++x) {
+    if (std::isinf(want_lse[x])) {
+      ASSERT_TRUE(std::isinf(lse[x]) && lse[x] < 0) << "lse " << x << " is " << lse[x];
+    } else {
+      ASSERT_NEAR(lse[x], want_lse[x], 2e-4 + 2e-5 * std::fabs(want_lse[x])) << "lse " << x;
+    }
+  }
 }
 
 const DType kPairs[5][2] = {{DType::kFloat32, DType::kFloat32},

@@ -194,20 +194,47 @@ Grads attention_varlen_backward_op(const at::Tensor& q, const at::Tensor& k, con
   return to_grads(g, slopes, table, c10::nullopt);
 }
 
-at::Tensor attention_kvcache_op(const at::Tensor& q, const at::Tensor& k_cache,
-                                const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
-                                const OptT& block_table, const OptT& slopes, const OptT& table,
-                                c10::optional<double> scale, bool causal, int64_t left,
-                                int64_t right, double softcap) {
+// The KV-cache call: out, and the lse [b, h, i] when want_lse (an
+// undefined tensor otherwise).
+std::tuple<at::Tensor, at::Tensor> kvcache_call(const at::Tensor& q, const at::Tensor& k_cache,
+                                                const at::Tensor& v_cache,
+                                                const at::Tensor& cache_seqlens,
+                                                const OptT& block_table, const OptT& slopes,
+                                                const OptT& table, c10::optional<double> scale,
+                                                bool causal, int64_t left, int64_t right,
+                                                double softcap, bool want_lse) {
   const char* who = "attention_with_kvcache";
   const Call c = make_call(who, q, slopes, table, c10::nullopt, scale, causal, c10::nullopt, left,
                            right, softcap, c10::nullopt);
   const std::vector<Tensor> t = qkv(who, q, k_cache, v_cache);
   const Tensor sl = int_view(who, cache_seqlens, "cache_seqlens");
   const Tensor bt = block_view(who, block_table);
-  return core_call([&] {
-    return to_torch(attention_kvcache_forward(t[0], t[1], t[2], sl, bt, c.bias, c.options));
+  return core_call([&]() -> std::tuple<at::Tensor, at::Tensor> {
+    if (!want_lse) {
+      return {to_torch(attention_kvcache_forward(t[0], t[1], t[2], sl, bt, c.bias, c.options)),
+              at::Tensor()};
+    }
+    const AttentionForwardResult r =
+        attention_kvcache_forward_lse(t[0], t[1], t[2], sl, bt, c.bias, c.options);
+    return {to_torch(r.out), to_torch(r.lse)};
   });
+}
+
+at::Tensor attention_kvcache_op(const at::Tensor& q, const at::Tensor& k_cache,
+                                const at::Tensor& v_cache, const at::Tensor& cache_seqlens,
+                                const OptT& block_table, const OptT& slopes, const OptT& table,
+                                c10::optional<double> scale, bool causal, int64_t left,
+                                int64_t right, double softcap) {
+  return std::get<0>(kvcache_call(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
+                                  scale, causal, left, right, softcap, false));
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_kvcache_lse_op(
+    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cache_seqlens, const OptT& block_table, const OptT& slopes, const OptT& table,
+    c10::optional<double> scale, bool causal, int64_t left, int64_t right, double softcap) {
+  return kvcache_call(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table, scale, causal,
+                      left, right, softcap, true);
 }
 
 void kvcache_append_op(const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -431,6 +458,18 @@ at::Tensor attention_kvcache_autograd(const at::Tensor& q, const at::Tensor& k_c
                               causal, left, right, softcap);
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_kvcache_lse_autograd(
+    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cache_seqlens, const OptT& block_table, const OptT& slopes, const OptT& table,
+    c10::optional<double> scale, bool causal, int64_t left, int64_t right, double softcap) {
+  if (any_meta({&q, &k_cache, &v_cache})) {
+    return meta::attention_kvcache_lse(q, k_cache, v_cache, cache_seqlens, block_table, slopes,
+                                       table, scale, causal, left, right, softcap);
+  }
+  return attention_kvcache_lse_op(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
+                                  scale, causal, left, right, softcap);
+}
+
 void kvcache_append_autograd(const at::Tensor& k_cache, const at::Tensor& v_cache,
                              const at::Tensor& cache_seqlens, const OptT& block_table,
                              const at::Tensor& k, const at::Tensor& v) {
@@ -468,6 +507,10 @@ TORCH_LIBRARY_FRAGMENT(posbias, m) {
       "Tensor? block_table, Tensor? slopes, Tensor? table, float? scale, bool causal, int "
       "window_left, int window_right, float softcap) -> Tensor");
   m.def(
+      "attention_kvcache_lse(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+      "Tensor? block_table, Tensor? slopes, Tensor? table, float? scale, bool causal, int "
+      "window_left, int window_right, float softcap) -> (Tensor out, Tensor lse)");
+  m.def(
       "kvcache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, Tensor? "
       "block_table, Tensor k, Tensor v) -> ()");
 }
@@ -478,6 +521,7 @@ TORCH_LIBRARY_IMPL(posbias, CPU, m) {
   m.impl("attention_varlen_forward", TORCH_FN(posbias::attention_varlen_forward_op));
   m.impl("attention_varlen_backward", TORCH_FN(posbias::attention_varlen_backward_op));
   m.impl("attention_kvcache", TORCH_FN(posbias::attention_kvcache_op));
+  m.impl("attention_kvcache_lse", TORCH_FN(posbias::attention_kvcache_lse_op));
   m.impl("kvcache_append", TORCH_FN(posbias::kvcache_append_op));
 }
 
@@ -487,6 +531,7 @@ TORCH_LIBRARY_IMPL(posbias, Meta, m) {
   m.impl("attention_varlen_forward", TORCH_FN(posbias::meta::attention_varlen_forward));
   m.impl("attention_varlen_backward", TORCH_FN(posbias::meta::attention_varlen_backward));
   m.impl("attention_kvcache", TORCH_FN(posbias::meta::attention_kvcache));
+  m.impl("attention_kvcache_lse", TORCH_FN(posbias::meta::attention_kvcache_lse));
   m.impl("kvcache_append", TORCH_FN(posbias::meta::kvcache_append));
 }
 
@@ -496,5 +541,6 @@ TORCH_LIBRARY_IMPL(posbias, Autograd, m) {
   m.impl("attention_varlen_forward", TORCH_FN(posbias::attention_varlen_autograd));
   m.impl("attention_varlen_backward", TORCH_FN(posbias::attention_varlen_backward_autograd));
   m.impl("attention_kvcache", TORCH_FN(posbias::attention_kvcache_autograd));
+  m.impl("attention_kvcache_lse", TORCH_FN(posbias::attention_kvcache_lse_autograd));
   m.impl("kvcache_append", TORCH_FN(posbias::kvcache_append_autograd));
 }

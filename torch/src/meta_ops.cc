@@ -187,6 +187,17 @@ at::Tensor attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache,
   return like(q);
 }
 
+std::tuple<at::Tensor, at::Tensor> attention_kvcache_lse(
+    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cache_seqlens, const OptTensor& block_table, const OptTensor& slopes,
+    const OptTensor& table, c10::optional<double> scale, bool causal, int64_t window_left,
+    int64_t window_right, double softcap) {
+  at::Tensor out = attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
+                                     scale, causal, window_left, window_right, softcap);
+  return {out, empty({q.size(0), q.size(2), q.size(1)},
+                     q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)};
+}
+
 void kvcache_append(const at::Tensor& k_cache, const at::Tensor& v_cache,
                     const at::Tensor& /*cache_seqlens*/, const OptTensor& /*block_table*/,
                     const at::Tensor& k, const at::Tensor& v) {

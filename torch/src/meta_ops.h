@@ -83,6 +83,12 @@ at::Tensor attention_kvcache(const at::Tensor& q, const at::Tensor& k_cache,
                              const OptTensor& table, c10::optional<double> scale, bool causal,
                              int64_t window_left, int64_t window_right, double softcap);
 
+std::tuple<at::Tensor, at::Tensor> attention_kvcache_lse(
+    const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cache_seqlens, const OptTensor& block_table, const OptTensor& slopes,
+    const OptTensor& table, c10::optional<double> scale, bool causal, int64_t window_left,
+    int64_t window_right, double softcap);
+
 void kvcache_append(const at::Tensor& k_cache, const at::Tensor& v_cache,
                     const at::Tensor& cache_seqlens, const OptTensor& block_table,
                     const at::Tensor& k, const at::Tensor& v);
