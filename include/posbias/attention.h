@@ -362,6 +362,9 @@ Tensor attention_varlen_reference(const Tensor& q, const Tensor& k, const Tensor
 ///     sequence does not use (past ceil(j_s / block_size)) are not read;
 ///   - empty block_table: k_cache and v_cache [b, max_len, hk, d], one slab
 ///     per sequence, keys [0, j_s) of slab s.
+///   A cache of more slabs than sequences, sequence s in slab idx[s]
+///   (flash_attn_with_kvcache's cache_batch_idx), is the paged layout with
+///   block_size = max_len: pass it with block_table [b, 1] = idx (no copy).
 /// Dtypes as attention_forward() (q float32 with a 16-bit cache included).
 /// Every bias kind but dense (ALiBi [h] or per sequence [b, h], a centred
 /// distance table), causal, window, softcap; q_offset and key_mask refused.

@@ -95,7 +95,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                            alibi_slopes: Optional[torch.Tensor] = None,
                            distance_table: Optional[torch.Tensor] = None,
-                           return_softmax_lse: bool = False):
+                           return_softmax_lse: bool = False,
+                           cache_batch_idx: Optional[torch.Tensor] = None):
     """Attention of new queries against a KV cache, as FlashAttention-2's
     flash_attn_with_kvcache (forward only): q [b, i, h, d]; cache_seqlens int32
     [b]; with block_table int32 [b, max_blocks], k_cache and v_cache are paged
@@ -108,7 +109,14 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     return_softmax_lse (out, lse float32 [b, h, i]; float64 for float64 q),
     the natural log of each row's softmax denominator, -inf for a row that
     sees no key (flash_attn_with_kvcache's softmax_lse): what merging this
-    result with attention over other keys of the same queries needs."""
+    result with attention over other keys of the same queries needs.
+
+    cache_batch_idx int32 [b] (slabs only, as flash_attn_with_kvcache's):
+    sequence s is slab cache_batch_idx[s] of k_cache / v_cache [B, max_len,
+    hk, d] (B may exceed b), a serving engine's per-slot cache. It is the
+    paged layout with one block of max_len rows per sequence, and runs as
+    that (block_table = cache_batch_idx[:, None], no copy). With k and v
+    the indices must be distinct (two sequences would write the same rows)."""
     who = "attention_with_kvcache"
     if not isinstance(return_softmax_lse, bool):
         raise TypeError(f"posbias: {who}: return_softmax_lse must be a bool, got "
@@ -122,6 +130,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         who, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
               "block_table": block_table, "k": k, "v": v, "alibi_slopes": alibi_slopes,
               "distance_table": distance_table}, causal, softcap, softmax_scale)
+    if cache_batch_idx is not None:
+        block_table = _slab_table(who, cache_batch_idx, block_table, q, k_cache, k is not None)
     seqlens = cache_seqlens
     if k is not None:
         if k.dim() != 4:
@@ -136,6 +146,33 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                               right, softcap)
         return _ops.attention_kvcache(q, k_cache, v_cache, seqlens, block_table, alibi_slopes,
                                       distance_table, scale, causal, left, right, softcap)
+
+
+def _slab_table(who, idx, block_table, q, k_cache, appending):
+    """The block table [b, 1] that reads slab idx[s] for sequence s (the
+    slabs [B, max_len, hk, d] as B blocks of max_len rows), after the checks
+    of cache_batch_idx."""
+    _checks.check_tensor(f"{who}: cache_batch_idx", idx)
+    if block_table is not None:
+        raise ValueError(f"posbias: {who}: cache_batch_idx indexes slab caches "
+                         f"[B, max_len, hk, d]; give it or block_table, not both")
+    if idx.dtype != torch.int32:
+        raise TypeError(f"posbias: {who}: cache_batch_idx must be int32, got {idx.dtype}")
+    b = q.shape[0] if q.dim() >= 1 else -1
+    if idx.dim() != 1 or idx.shape[0] != b:
+        raise ValueError(f"posbias: {who}: cache_batch_idx must be [b] = [{b}], got "
+                         f"{list(idx.shape)}")
+    if idx.numel():
+        slabs = k_cache.shape[0] if k_cache.dim() == 4 else 0
+        bad = ((idx < 0) | (idx >= slabs)).nonzero()
+        if bad.numel():
+            s = int(bad[0, 0])
+            raise ValueError(f"posbias: {who}: cache_batch_idx[{s}] = {int(idx[s])} is outside "
+                             f"[0, {slabs}) (the slabs of k_cache {list(k_cache.shape)})")
+        if appending and torch.unique(idx).numel() != idx.numel():
+            raise ValueError(f"posbias: {who}: cache_batch_idx {idx.tolist()} repeats a slab; "
+                             f"with k and v each sequence appends to its own slab")
+    return idx.reshape(-1, 1).contiguous()
 
 
 def empty(*size: Union[int, Sequence[int]], dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -314,6 +314,68 @@ def test_kvcache_lse_merges_a_split_of_the_keys(paged):
     close(o1 * w1 + o2 * w2, want)
 
 
+@pytest.mark.parametrize("append", [0, 2])
+def test_kvcache_cache_batch_idx_reads_and_writes_its_slabs(append):
+    """cache_batch_idx (flash_attn_with_kvcache's): sequence s uses slab
+    cache_batch_idx[s] of a cache with more slabs than sequences; the result
+    is the call on those slabs gathered in order, and an append writes only
+    the indexed slabs."""
+    torch.manual_seed(13)
+    slabs, b, max_len, h, hk, d, i = 5, 3, 12, 4, 2, 8, 2
+    k_cache, v_cache = torch.randn(slabs, max_len, hk, d), torch.randn(slabs, max_len, hk, d)
+    idx = torch.tensor([3, 0, 4], dtype=torch.int32)
+    seqlens = torch.tensor([6, 1, 9], dtype=torch.int32)
+    q = torch.randn(b, i, h, d)
+    kn = torch.randn(b, append, hk, d) if append else None
+    vn = torch.randn(b, append, hk, d) if append else None
+    k_want, v_want = k_cache[idx.long()].clone(), v_cache[idx.long()].clone()
+    untouched = [1, 2]
+    k_before = k_cache.clone()
+    slopes = posbias.alibi_slopes(h)
+    out, lse = posbias.attention_with_kvcache(q, k_cache, v_cache, seqlens, k=kn, v=vn,
+                                              causal=True, alibi_slopes=slopes,
+                                              return_softmax_lse=True, cache_batch_idx=idx)
+    want, want_lse = posbias.attention_with_kvcache(q, k_want, v_want, seqlens, k=kn, v=vn,
+                                                    causal=True, alibi_slopes=slopes,
+                                                    return_softmax_lse=True)
+    close(out, want)
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))  # a row before key 0: -inf
+    fin = torch.isfinite(want_lse)
+    close(lse[fin], want_lse[fin])
+    assert torch.equal(k_cache[idx.long()], k_want) and torch.equal(v_cache[idx.long()], v_want)
+    assert torch.equal(k_cache[untouched], k_before[untouched])
+
+
+def test_kvcache_cache_batch_idx_errors():
+    k_cache, v_cache = torch.randn(4, 8, 2, 8), torch.randn(4, 8, 2, 8)
+    q = torch.randn(2, 1, 4, 8)
+    seqlens = torch.tensor([3, 5], dtype=torch.int32)
+
+    def call(idx, **kw):
+        return posbias.attention_with_kvcache(q, k_cache, v_cache, seqlens, cache_batch_idx=idx,
+                                              **kw)
+    with pytest.raises(TypeError, match="cache_batch_idx must be int32"):
+        call(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"cache_batch_idx must be \[b\] = \[2\], got \[3\]"):
+        call(torch.tensor([0, 1, 2], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_batch_idx\[1\] = 4 is outside \[0, 4\)"):
+        call(torch.tensor([0, 4], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cache_batch_idx\[0\] = -1"):
+        call(torch.tensor([-1, 0], dtype=torch.int32))
+    with pytest.raises(ValueError, match="give it or block_table, not both"):
+        call(torch.tensor([0, 1], dtype=torch.int32),
+             block_table=torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="repeats a slab"):
+        call(torch.tensor([2, 2], dtype=torch.int32), k=torch.randn(2, 1, 2, 8),
+             v=torch.randn(2, 1, 2, 8))
+    # Reading one slab for two sequences is allowed: each reads its own length of it.
+    out = call(torch.tensor([2, 2], dtype=torch.int32))
+    for s in range(2):
+        alone = posbias.attention_with_kvcache(q[s:s + 1], k_cache[2:3], v_cache[2:3],
+                                               seqlens[s:s + 1])
+        close(out[s:s + 1], alone)
+
+
 def test_empty_gives_huge_page_aligned_caches_that_attention_reads():
     """posbias.empty: the core's storage, 2 MiB aligned from 4 MiB up, usable
     as a KV cache like any torch tensor; it lives as long as the tensor."""
