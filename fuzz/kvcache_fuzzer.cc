@@ -10,7 +10,9 @@
 // hold NaN, so a read of a wrong row shows as a NaN output. Both calls must
 // throw std::invalid_argument for the same inputs (an invalid block index
 // among the used entries, a length past the cache) or both return outputs
-// that agree within the tolerance. Anything else aborts.
+// that agree within the tolerance, and attention_kvcache_forward_lse() the
+// same output with an lse that is finite or -inf (a row that sees no key,
+// output zeros). Anything else aborts.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -188,6 +190,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
            std::to_string(want[x]) + " (b " + std::to_string(b) + ", h " + std::to_string(h) +
            ", hk " + std::to_string(hk) + ", i " + std::to_string(i) + ", d " + std::to_string(d) +
            ", block_size " + std::to_string(bs) + ")");
+    }
+  }
+  // With the lse [b, h, i] (a heap block of its size: a write past it is
+  // reported): the same out bits; each lse finite, or -inf for a row that
+  // sees no key, whose out is then zeros.
+  const posbias::AttentionForwardResult fl =
+      posbias::attention_kvcache_forward_lse(q, k_cache, v_cache, seqlens, block_table, bias, opt);
+  if (fl.out.to_float_vector() != got) fail("out of kvcache_forward_lse differs from forward's");
+  if (fl.lse.shape() != std::vector<std::int64_t>{b, h, i}) fail("lse has the wrong shape");
+  const std::vector<float> lse = fl.lse.to_float_vector();
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (std::int64_t x = 0; x < h; ++x) {
+      for (std::int64_t r = 0; r < i; ++r) {
+        const float l = lse[static_cast<std::size_t>((s * h + x) * i + r)];
+        if (std::isfinite(l)) continue;
+        if (!(std::isinf(l) && l < 0)) fail("an lse is " + std::to_string(l));
+        for (std::int64_t e = 0; e < d; ++e) {
+          if (got[static_cast<std::size_t>(((s * i + r) * h + x) * d + e)] != 0.0f) {
+            fail("a row with lse -inf has a nonzero output");
+          }
+        }
+      }
     }
   }
   return 0;
