@@ -89,7 +89,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cache_seqlens: torch.Tensor, block_table: Optional[torch.Tensor] = None,
+                           cache_seqlens: Union[torch.Tensor, int],
+                           block_table: Optional[torch.Tensor] = None,
                            k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
                            softmax_scale: Optional[float] = None, causal: bool = False,
                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
@@ -99,7 +100,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_batch_idx: Optional[torch.Tensor] = None):
     """Attention of new queries against a KV cache, as FlashAttention-2's
     flash_attn_with_kvcache (forward only): q [b, i, h, d]; cache_seqlens int32
-    [b]; with block_table int32 [b, max_blocks], k_cache and v_cache are paged
+    [b] (or one int for every sequence); with block_table int32 [b, max_blocks], k_cache and v_cache are paged
     [num_blocks, block_size, hk, d], without it one slab per sequence
     [b, max_len, hk, d]. When k and v [b, n, hk, d] are given they are first
     written into the caches (in place) at positions cache_seqlens[s] ..
@@ -118,6 +119,11 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     that (block_table = cache_batch_idx[:, None], no copy). With k and v
     the indices must be distinct (two sequences would write the same rows)."""
     who = "attention_with_kvcache"
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        # One length for every sequence, as flash_attn_with_kvcache allows.
+        if not isinstance(q, torch.Tensor) or q.dim() != 4:
+            raise ValueError(f"posbias: {who}: q must be [b, i, h, d]")
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32)
     if not isinstance(return_softmax_lse, bool):
         raise TypeError(f"posbias: {who}: return_softmax_lse must be a bool, got "
                         f"{type(return_softmax_lse).__name__}")

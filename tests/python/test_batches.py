@@ -346,6 +346,19 @@ def test_kvcache_cache_batch_idx_reads_and_writes_its_slabs(append):
     assert torch.equal(k_cache[untouched], k_before[untouched])
 
 
+def test_kvcache_one_int_length_for_every_sequence():
+    torch.manual_seed(17)
+    k_cache, v_cache, block_table = paged_cache(2, 3, 4, 2, 8)
+    q = torch.randn(2, 1, 4, 8)
+    got = posbias.attention_with_kvcache(q, k_cache, v_cache, 9, block_table, causal=True)
+    want = posbias.attention_with_kvcache(q, k_cache, v_cache,
+                                          torch.tensor([9, 9], dtype=torch.int32), block_table,
+                                          causal=True)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="-1"):
+        posbias.attention_with_kvcache(q, k_cache, v_cache, -1, block_table)
+
+
 def test_kvcache_cache_batch_idx_errors():
     k_cache, v_cache = torch.randn(4, 8, 2, 8), torch.randn(4, 8, 2, 8)
     q = torch.randn(2, 1, 4, 8)
