@@ -244,6 +244,13 @@ def test_attention_kvcache_float64_matches_dense():
     dense = posbias.attention(q.transpose(1, 2), kc[:, :5].transpose(1, 2),
                               vc[:, :5].transpose(1, 2), slopes=slopes, causal=True)
     torch.testing.assert_close(out, dense.transpose(1, 2), rtol=1e-12, atol=1e-12)
+    # The lse in float64 too: [b, h, i], the dense call's.
+    out2, lse = posbias.attention_with_kvcache(q, kc, vc, seqlens, causal=True,
+                                               alibi_slopes=slopes, return_softmax_lse=True)
+    assert lse.dtype == F64 and lse.shape == (1, 2, 2) and torch.equal(out2, out)
+    _, dense_lse = posbias.attention_lse(q.transpose(1, 2), kc[:, :5].transpose(1, 2),
+                                         vc[:, :5].transpose(1, 2), slopes=slopes, causal=True)
+    torch.testing.assert_close(lse, dense_lse, rtol=1e-12, atol=1e-12)
 
 
 def test_attention_kvcache_append_float64_is_exact():
