@@ -145,6 +145,35 @@ def test_attention_options_meta_matches_cpu(dtype):
                                     None, None, False, None, -1, -1, 0.0, None)
 
 
+def test_float64_calls_meta_matches_cpu():
+    """In a float64 call the lse and the bias gradients are float64 on the
+    CPU; the Meta kernels say so too."""
+    g = torch.Generator().manual_seed(6)
+    F64 = torch.float64
+    q = torch.randn(1, 2, 3, 4, generator=g, dtype=F64)
+    k, v = (torch.randn(1, 2, 5, 4, generator=g, dtype=F64) for _ in range(2))
+    slopes = torch.tensor([0.3, 0.5], dtype=F64)
+    args = [q, k, v, slopes, None, None, None, True, None, -1, -1, 0.0, None]
+    fwd = P.attention_options_forward(*args)
+    assert fwd[1].dtype == F64
+    _same_meta(fwd, P.attention_options_forward(*_to_meta(args)))
+    bargs = args + [fwd[0], fwd[1], torch.randn_like(fwd[0])]
+    _same_meta(P.attention_options_backward(*bargs), P.attention_options_backward(*_to_meta(bargs)))
+    cu_q = torch.tensor([0, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 9], dtype=torch.int32)
+    qv = torch.randn(7, 2, 4, generator=g, dtype=F64)
+    kv, vv = (torch.randn(9, 2, 4, generator=g, dtype=F64) for _ in range(2))
+    vargs = [qv, kv, vv, cu_q, cu_k, slopes, None, None, True, -1, -1, 0.0]
+    vf = P.attention_varlen_forward(*vargs)
+    _same_meta(vf, P.attention_varlen_forward(*_to_meta(vargs)))
+    vb = vargs + [vf[0], vf[1], torch.randn_like(vf[0])]
+    _same_meta(P.attention_varlen_backward(*vb), P.attention_varlen_backward(*_to_meta(vb)))
+    kc, vc = (torch.randn(1, 6, 1, 4, generator=g, dtype=F64) for _ in range(2))
+    cargs = [q.transpose(1, 2), kc, vc, torch.tensor([5], dtype=torch.int32), None, slopes,
+             None, None, True, -1, -1, 0.0]
+    _same_meta(P.attention_kvcache_lse(*cargs), P.attention_kvcache_lse(*_to_meta(cargs)))
+
+
 def test_attention_varlen_meta_matches_cpu():
     g = torch.Generator().manual_seed(4)
     cu_q = torch.tensor([0, 3, 3, 7], dtype=torch.int32)

@@ -32,14 +32,22 @@ void check_dims(const char* who, const char* layout, int64_t d,
 
 at::Tensor like(const at::Tensor& t) { return empty(t.sizes(), t.scalar_type()); }
 
-// A float32 gradient of an optional tensor: its shape, or [0] when not given.
-at::Tensor grad_of(const OptTensor& t) {
-  return t.has_value() && t->defined() ? empty(t->sizes(), at::kFloat) : empty({0}, at::kFloat);
+// The dtype of an attention call's lse and bias gradients: float64 in a
+// float64 call (q float64), float32 otherwise, as the CPU kernels return.
+at::ScalarType stats_dtype(const at::Tensor& q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// The gradient of an optional bias tensor: its shape in dt, or float32 [0]
+// when not given.
+at::Tensor grad_of(const OptTensor& t, at::ScalarType dt) {
+  return t.has_value() && t->defined() ? empty(t->sizes(), dt) : empty({0}, at::kFloat);
 }
 
 BatchGrads grads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                  const OptTensor& slopes, const OptTensor& table, const OptTensor& dense) {
-  return {like(q), like(k), like(v), grad_of(slopes), grad_of(table), grad_of(dense)};
+  const at::ScalarType dt = stats_dtype(q);
+  return {like(q), like(k), like(v), grad_of(slopes, dt), grad_of(table, dt), grad_of(dense, dt)};
 }
 
 }  // namespace
@@ -58,7 +66,8 @@ std::tuple<at::Tensor, at::Tensor> attention_lse(const at::Tensor& q, const at::
                     "posbias.attention: k and v must be [b, hk, j, d] with q's b and d and "
                     "h % hk == 0, got q ",
                     q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
-  return {empty(q.sizes(), q.scalar_type()), empty({q.size(0), q.size(1), q.size(2)}, at::kFloat)};
+  return {empty(q.sizes(), q.scalar_type()),
+          empty({q.size(0), q.size(1), q.size(2)}, stats_dtype(q))};
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -155,7 +164,7 @@ std::tuple<at::Tensor, at::Tensor> attention_varlen_forward(
                     "posbias.attention_varlen: k and v must be [total_k, hk, d] with q's d and "
                     "h % hk == 0, got q ",
                     q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
-  return {like(q), empty({q.size(1), q.size(0)}, at::kFloat)};
+  return {like(q), empty({q.size(1), q.size(0)}, stats_dtype(q))};
 }
 
 BatchGrads attention_varlen_backward(
@@ -194,8 +203,7 @@ std::tuple<at::Tensor, at::Tensor> attention_kvcache_lse(
     int64_t window_right, double softcap) {
   at::Tensor out = attention_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, slopes, table,
                                      scale, causal, window_left, window_right, softcap);
-  return {out, empty({q.size(0), q.size(2), q.size(1)},
-                     q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)};
+  return {out, empty({q.size(0), q.size(2), q.size(1)}, stats_dtype(q))};
 }
 
 void kvcache_append(const at::Tensor& k_cache, const at::Tensor& v_cache,
