@@ -7,8 +7,11 @@
 #ifndef POSBIAS_TESTS_UNIT_ATTENTION_NAIVE_H_
 #define POSBIAS_TESTS_UNIT_ATTENTION_NAIVE_H_
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -97,6 +100,23 @@ inline double naive_atol(DType t) {
 }
 inline double naive_rtol(DType t) {
   return t == DType::kBFloat16 ? 1e-2 : t == DType::kFloat16 ? 2e-3 : 2e-4;
+}
+
+// A call's lse (float32, any layout) against the formula's, element by
+// element in the same order: -inf where the formula's is (a row that sees
+// no key), else within 2e-4 + 2e-5 |want|. Fatal on the first miss (wrap
+// the call in ASSERT_NO_FATAL_FAILURE).
+inline void expect_lse_near(const Tensor& got, const std::vector<double>& want) {
+  const std::vector<float> lse = got.to_float_vector();
+  ASSERT_EQ(lse.size(), want.size());
+  for (std::size_t x = 0; x < lse.size(); ++x) {
+    if (std::isinf(want[x])) {
+      ASSERT_TRUE(std::isinf(lse[x]) && lse[x] < 0)
+          << "lse " << x << " is " << lse[x] << ", expected -inf";
+    } else {
+      ASSERT_NEAR(lse[x], want[x], 2e-4 + 2e-5 * std::fabs(want[x])) << "lse " << x;
+    }
+  }
 }
 
 // Uniform values in [lo, hi) as a float32 tensor, converted to dtype, and

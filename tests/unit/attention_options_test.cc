@@ -199,16 +199,7 @@ void check_dense_case(const DenseCase& c) {
   ASSERT_EQ(fl.out.shape(), (Shape{c.b, c.h, c.i, c.d}));
   ASSERT_EQ(fl.out.dtype(), c.qt);
   test::expect_close(fl.out.to_float_vector(), wantf, "attention_forward_lse out", atol, rtol);
-  const std::vector<float> lse = fl.lse.to_float_vector();
-  ASSERT_EQ(lse.size(), want_lse.size());
-  for (std::size_t x = 0; x < lse.size(); ++x) {
-    if (std::isinf(want_lse[x])) {
-      ASSERT_TRUE(std::isinf(lse[x]) && lse[x] < 0)
-          << "lse " << x << " is " << lse[x] << ", expected -inf";
-    } else {
-      ASSERT_NEAR(lse[x], want_lse[x], 2e-4 + 2e-5 * std::fabs(want_lse[x])) << "lse " << x;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(test::expect_lse_near(fl.lse, want_lse));
 }
 
 struct ShapeCase {
