@@ -22,10 +22,19 @@
 // these, per line). Prints one row per (W, ahead): the plain read's and the
 // walk's GB/s (medians of 7 alternated calls) and their ratio. On a CPU
 // with AVX-512 a second table walks K alone with a copy of the kernel's
-// grouped-query score tile (TileWalk), against a plain read of K. Exit code
-// 2 for a bad argument or a CPU without AVX2 and FMA.
+// grouped-query score tile (TileWalk), against a plain read of K, and a
+// third runs the paged grouped-query decode with nothing but its walk and
+// its arithmetic (PagedDecode: the same bytes as shuffled 64 KiB pages, the
+// kernel's 4 x 4 score tiles and four-row value tile, its prefetch, no
+// softmax) against a plain read of K and V: where the kernel's
+// `fraction_of_read` (posbias-bench's paged case) is that table's, its own
+// bookkeeping costs nothing from memory and the gap to read belongs to any
+// kernel of that arithmetic on that core (docs/performance-notes.md,
+// fortieth round). Exit code 2 for a bad argument or a CPU without AVX2
+// and FMA.
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +43,8 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "probe_start.h"
@@ -183,6 +194,180 @@ __attribute__((target("avx512f"), noinline)) float TileWalk(const float* k, long
   return total;
 }
 
+// The 4 x 4 score tile of the paged decode below: query rows q (4 x kRow)
+// by the key rows r, r + st, r + 2 st, r + 3 st into s (row stride ls),
+// as attention_decode_tiles-inl.h's DecQ4K4Tile does it.
+__attribute__((target("avx512f"), always_inline)) inline void ScoreTile4x4(const float* q,
+                                                                           const float* r, long st,
+                                                                           float* s, long ls) {
+  __m512 acc[16];  // acc[row * 4 + key]
+#pragma GCC unroll 8
+  for (long x = 0; x < kRow; x += 16) {
+    __m512 qv[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) qv[i] = _mm512_load_ps(q + i * kRow + x);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      const __m512 kv = _mm512_loadu_ps(r + u * st + x);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        acc[i * 4 + u] =
+            x == 0 ? _mm512_mul_ps(qv[i], kv) : _mm512_fmadd_ps(qv[i], kv, acc[i * 4 + u]);
+      }
+    }
+  }
+  __m512 w[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    w[i] =
+        TileQuads(TilePairs(acc[4 * i], acc[4 * i + 1]), TilePairs(acc[4 * i + 2], acc[4 * i + 3]));
+  }
+  const __m512 a01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 a23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  const __m512 out =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+  _mm_storeu_ps(s, _mm512_extractf32x4_ps(out, 0));
+  _mm_storeu_ps(s + ls, _mm512_extractf32x4_ps(out, 1));
+  _mm_storeu_ps(s + 2 * ls, _mm512_extractf32x4_ps(out, 2));
+  _mm_storeu_ps(s + 3 * ls, _mm512_extractf32x4_ps(out, 3));
+}
+
+// Every line of a row of kRow floats: kHint 1 PREFETCHT1 (into L2, the
+// decode's choice on Intel), 2 PREFETCHT0 (into L1, on AMD), 0 none.
+template <int kHint>
+__attribute__((always_inline)) inline void PrefetchRow(const float* row) {
+  const char* p = reinterpret_cast<const char*>(row);
+#pragma GCC unroll 8
+  for (long b = 0; b < kRow * 4; b += 64) {
+    if constexpr (kHint == 1) _mm_prefetch(p + b, _MM_HINT_T1);
+    if constexpr (kHint == 2) _mm_prefetch(p + b, _MM_HINT_T0);
+  }
+}
+
+// The paged grouped-query decode with nothing but its arithmetic and its
+// walk (attention_decode-inl.h, DecScoresRunTiles and DecValues' four-row
+// tile): K and V as pages of kPage keys [kPage, kHeads, kRow] (a 64 KiB
+// page), each thread the pages of its own sequences (its share of
+// `order`, a shuffled list of page indices, as an engine's free list
+// leaves them), 4 query rows a kv head (32 query heads on 8). Per block of
+// kBlock keys: the score pass in groups of kPage keys (one page), kv head
+// by kv head, four 4 x 4 tiles each, prefetching the row `ahead` places on
+// in that walk; then the value pass kv head by kv head over the block's
+// keys (the 4 rows x 8 vectors of O in registers), prefetching `ahead`
+// keys on in its walk, a burst per 4 keys. No softmax (the kernel's takes
+// about 2% of its samples): the scores are the weights.
+constexpr long kPage = 16;
+template <int kHint>
+__attribute__((target("avx512f"), noinline)) float PagedDecode(const float* k, const float* v,
+                                                               const long* order, long pages,
+                                                               long ahead) {
+  constexpr long kKeyStride = kHeads * kRow;  // a key's rows in a page
+  constexpr long kPageFloats = kPage * kKeyStride;
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const long* own = order + pages * t / nt;
+    const long keys = (pages * (t + 1) / nt - pages * t / nt) * kPage;
+    const auto row = [&](const float* base, long c, long h) {
+      return base + own[c / kPage] * kPageFloats + (c % kPage) * kKeyStride + h * kRow;
+    };
+    alignas(64) float q[kHeads * 4 * kRow];
+    for (long i = 0; i < kHeads * 4 * kRow; ++i) q[i] = 1e-3f * static_cast<float>(i % 13);
+    alignas(64) float s[kHeads * 4 * kBlock];
+    alignas(64) float o[kHeads * 4 * kRow] = {};
+    for (long b0 = 0; b0 < keys; b0 += kBlock) {
+      const long b1 = std::min(keys, b0 + kBlock);
+      for (long c0 = b0; c0 < b1; c0 += kPage) {
+        for (long h = 0; h < kHeads; ++h) {
+          for (long u = 0; u < kPage; u += 4) {
+            for (long i = 0; i < 4; ++i) {
+              // `ahead` places on in the walk: this page's later keys of
+              // head h, or the next head's first, or the next page's.
+              const long x = u + i + ahead;
+              const long hh = h + x / kPage;
+              PrefetchRow<kHint>(
+                  hh < kHeads
+                      ? row(k, c0 + x % kPage, hh)
+                      : row(k, std::min(c0 + kPage, keys - kPage) + x % kPage, hh - kHeads));
+            }
+            ScoreTile4x4(q + h * 4 * kRow, row(k, c0 + u, h), kKeyStride,
+                         s + h * 4 * kBlock + (c0 - b0) + u, kBlock);
+          }
+        }
+      }
+      for (long h = 0; h < kHeads; ++h) {
+        __m512 acc[32];
+        for (int i = 0; i < 32; ++i) acc[i] = _mm512_load_ps(o + h * 4 * kRow + 16 * i);
+        const float* p = s + h * 4 * kBlock;
+        for (long c = b0; c < b1; c += 4) {
+          for (long g = 0; g < 4; ++g) {
+            const long x = c + g + ahead;
+            // `ahead` keys on in this walk: the block's later keys of head h,
+            // or the next head's first, or (after the last head) the next
+            // block's first keys of head 0.
+            PrefetchRow<kHint>(x < b1           ? row(v, x, h)
+                               : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
+                                                : row(v, std::min(x, keys - 1), 0));
+          }
+#pragma GCC unroll 4
+          for (long g = 0; g < 4; ++g) {
+            const float* r = row(v, c + g, h);
+            __m512 vv[8];
+#pragma GCC unroll 8
+            for (int x = 0; x < 8; ++x) vv[x] = _mm512_loadu_ps(r + 16 * x);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+              const __m512 w = _mm512_set1_ps(p[i * kBlock + (c - b0) + g]);
+#pragma GCC unroll 8
+              for (int x = 0; x < 8; ++x)
+                acc[i * 8 + x] = _mm512_fmadd_ps(w, vv[x], acc[i * 8 + x]);
+            }
+          }
+        }
+        for (int i = 0; i < 32; ++i) _mm512_store_ps(o + h * 4 * kRow + 16 * i, acc[i]);
+      }
+    }
+    // Every row of O into the result, so that no pass is dead code.
+    __m512 sum = _mm512_setzero_ps();
+    for (long i = 0; i < kHeads * 4 * kRow; i += 16)
+      sum = _mm512_add_ps(sum, _mm512_load_ps(o + i));
+    total += _mm512_reduce_add_ps(sum);
+  }
+  return total;
+}
+
+// The plain read in 512-bit loads and four sums (as posbias-bench's read
+// probe, benchmarks/baselines.cc, runs on AVX-512 through Highway): the
+// AVX-512 tables' baseline. On an Emerald Rapids Xeon Plain's 256-bit
+// loads into two sums read 0.75-0.9 as fast (fortieth round), so the
+// AVX-512 walks are judged against this one, as the bench judges the
+// kernel. v may be null (K alone).
+__attribute__((target("avx512f"), noinline)) float Plain512(const float* k, const float* v,
+                                                            long n) {
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    for (const float* a : {k, v}) {
+      if (a == nullptr) continue;  // K alone
+      const long begin = n * t / nt / 64 * 64;
+      const long end = t + 1 == nt ? n : n * (t + 1) / nt / 64 * 64;
+      for (long i = begin; i < end; i += 64) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) s[u] = _mm512_add_ps(s[u], _mm512_load_ps(a + i + 16 * u));
+      }
+    }
+    total +=
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+  }
+  return total;
+}
+
 #pragma GCC diagnostic pop
 
 // The plain read of the same bytes: each thread one contiguous share of K,
@@ -244,8 +429,18 @@ int main(int argc, char** argv) {
   const long j = n / (kHeads * kRow);
   const auto bytes = static_cast<std::size_t>(n) * sizeof(float);
   using Buffer = std::unique_ptr<float, decltype(&std::free)>;
-  Buffer k(static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
-  Buffer v(static_cast<float*>(std::aligned_alloc(64, bytes)), &std::free);
+  // In transparent huge pages where the kernel allows them, as posbias's
+  // own tensors of 4 MiB or more (src/tensor.cc): the strided and shuffled
+  // walks would otherwise miss the TLB on most rows, which the kernel's
+  // reads do not.
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const auto huge = [&] {
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+    if (p != nullptr) madvise(p, bytes, MADV_HUGEPAGE);  // advisory
+    return static_cast<float*>(p);
+  };
+  Buffer k(huge(), &std::free);
+  Buffer v(huge(), &std::free);
   if (!k || !v) {
     std::fprintf(stderr, "%s: cannot allocate 2 x %ld MiB\n", argv[0], mib);
     return 2;
@@ -288,8 +483,39 @@ int main(int argc, char** argv) {
                             {"key by key, loaded", TileWalk<false, true>},
                             {"key by key, held (not the math)", TileWalk<true, true>}};
   for (const TileCase& c : tiles) {
-    const Rates r = Alternated([&] { return Plain(kp, nullptr, n); }, [&] { return c.walk(kp, j); },
-                               static_cast<double>(bytes));
+    const Rates r = Alternated([&] { return Plain512(kp, nullptr, n); },
+                               [&] { return c.walk(kp, j); }, static_cast<double>(bytes));
+    std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
+                r.walk_gbps / r.read_gbps);
+  }
+  // The same bytes as a paged cache: pages of kPage keys [kPage, kHeads,
+  // kRow] in a shuffled order (each thread's share shuffled on its own).
+  const long pages = n / (kPage * kHeads * kRow);
+  const int threads = omp_get_max_threads();
+  std::vector<long> order(static_cast<std::size_t>(pages));
+  std::iota(order.begin(), order.end(), 0L);
+  for (int t = 0; t < threads; ++t) {
+    std::shuffle(order.begin() + pages * t / threads, order.begin() + pages * (t + 1) / threads,
+                 std::mt19937(static_cast<unsigned>(t) + 1u));
+  }
+  std::printf(
+      "AVX-512 paged grouped-query decode, its walk and arithmetic alone (%ld pages of %ld keys "
+      "in a shuffled order; 4 query rows a kv head; K then V per block of %ld keys)\n",
+      pages, kPage, kBlock);
+  std::printf("%-32s %11s %11s %9s\n", "prefetch", "read GB/s", "walk GB/s", "fraction");
+  struct PagedCase {
+    const char* name;
+    float (*walk)(const float*, const float*, const long*, long, long);
+    long ahead;
+  };
+  const PagedCase paged[] = {{"none", PagedDecode<0>, 6},
+                             {"PREFETCHT1 6 rows (Intel's)", PagedDecode<1>, 6},
+                             {"PREFETCHT1 8 rows", PagedDecode<1>, 8},
+                             {"PREFETCHT0 8 rows (AMD's)", PagedDecode<2>, 8}};
+  for (const PagedCase& c : paged) {
+    const Rates r = Alternated([&] { return Plain512(kp, vp, n); },
+                               [&] { return c.walk(kp, vp, order.data(), pages, c.ahead); },
+                               2.0 * static_cast<double>(bytes));
     std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
                 r.walk_gbps / r.read_gbps);
   }
