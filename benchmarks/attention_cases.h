@@ -45,6 +45,14 @@ double visible_pairs(std::int64_t i, std::int64_t j, std::int64_t q_offset, std:
 // and batch).
 void set_gflops(CaseResult& r, double flops);
 
+// r.extra["fraction_of_read_best"]: the case's fastest round against the
+// fastest round of the plain read of its bytes (times in ms, from the same
+// rounds; the bytes cancel): what it reads when the neighbours leave the
+// memory and the cores alone, beside fraction_of_read (the medians', which
+// the targets are judged on). Nothing when either has no timed round.
+void set_read_best(CaseResult& r, const std::vector<double>& times_ms,
+                   const std::vector<double>& read_ms);
+
 // The target for the case, in words, and whether this run met it.
 void set_target(CaseResult& r, const std::string& text, bool met);
 

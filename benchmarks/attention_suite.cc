@@ -68,6 +68,19 @@ void set_best_gflops(CaseResult& r, double flops, const std::vector<double>& tim
   if (best > 0) r.extra["best_gflops"] = flops / (best * 1e6);
 }
 
+void set_read_best(CaseResult& r, const std::vector<double>& times_ms,
+                   const std::vector<double>& read_ms) {
+  const auto fastest = [](const std::vector<double>& ms) {
+    double best = 0;
+    for (double t : ms) {
+      if (t > 0 && (best == 0 || t < best)) best = t;
+    }
+    return best;
+  };
+  const double own = fastest(times_ms), read = fastest(read_ms);
+  if (own > 0 && read > 0) r.extra["fraction_of_read_best"] = read / own;
+}
+
 void set_target(CaseResult& r, const std::string& text, bool met) {
   r.target = text;
   r.target_met = met;

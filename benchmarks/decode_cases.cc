@@ -78,6 +78,7 @@ CaseResult decode_result(const std::string& name, const DecodeInputs& d, std::in
   r.extra["gbps"] = gbps(d.kv_bytes, r.median_ms);
   r.baselines["read_gbps"] = gbps(d.kv_bytes, median(read_times));
   r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
+  set_read_best(r, times, read_times);
   set_gflops(r, 4.0 * kHeads * kDim * visible_pairs(1, j, j - 1, -1, 0));
   return r;
 }
@@ -149,8 +150,13 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std
     }
   };
   const std::string read_target = "fraction_of_read at least 0.85";
+  // Every decode case's note ends with what fraction_of_read_best is.
+  const std::string best_note =
+      "; fraction_of_read_best = the fastest round over the read's fastest (the targets are "
+      "judged on the medians)";
   CaseResult r = decode_result(names[0], f32, j, t[0], t[1]);
-  r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)";
+  r.note = "i = 1 against j cached keys; read_gbps = reading the K and V bytes (GB/s, not ms)" +
+           best_note;
   set_target(r, read_target, r.extra["fraction_of_read"] >= 0.85);
   peer_figures(r, 0);
   out.push_back(r);
@@ -162,7 +168,8 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std
   gq.extra["speedup_over_multi_head"] = r.median_ms / gq.median_ms;
   gq.note =
       "i = 1, 32 query heads on 8 kv heads; read_gbps = reading its K and V bytes; "
-      "multi_head_ms = the float32 case above, in the same rounds";
+      "multi_head_ms = the float32 case above, in the same rounds" +
+      best_note;
   set_target(gq, read_target, gq.extra["fraction_of_read"] >= 0.85);
   peer_figures(gq, 1);
   out.push_back(gq);
@@ -176,7 +183,8 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std
     c.note = std::string("i = 1, K and V in ") + dtype_name(d.in.k.dtype()) +
              (d.q16 ? ", q and out too (this build refuses float32 q with 16-bit K and V)"
                     : ", q and out float32") +
-             "; read_gbps = reading its K and V bytes; f32kv = the float32 case, same rounds";
+             "; read_gbps = reading its K and V bytes; f32kv = the float32 case, same rounds" +
+             best_note;
     set_target(c, read_target + " and at least 1.7x faster than f32kv",
                c.extra["fraction_of_read"] >= 0.85 && c.extra["speedup_over_f32kv"] >= 1.7);
     peer_figures(c, pc);
@@ -191,7 +199,8 @@ void decode_cases(const BenchOptions& o, FmaPeak& fma, GgmlPeer* peer, const std
   a.extra["speedup_over_f32kv"] = r.median_ms / a.median_ms;
   a.note =
       "i = 1, q, K, V and out all float16; read_gbps = reading its K and V bytes; f32kv = the "
-      "float32 case, f16kv_ms = the float16 cache with float32 q, same rounds";
+      "float32 case, f16kv_ms = the float16 cache with float32 q, same rounds" +
+      best_note;
   set_target(a, read_target + " and at least 1.7x faster than f32kv",
              a.extra["fraction_of_read"] >= 0.85 && a.extra["speedup_over_f32kv"] >= 1.7);
   if (peer_at[2] >= 0) {  // ggml has no float16 q: its float16 cache call, same K and V bytes

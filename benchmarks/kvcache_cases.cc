@@ -169,13 +169,15 @@ void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   r.baselines["read_gbps"] = gbps(bytes, median(t[2]));
   r.extra["gbps"] = gbps(bytes, r.median_ms);
   r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
+  set_read_best(r, t[0], t[2]);
   r.extra["fraction_of_contiguous"] = r.baselines["contiguous"] / r.median_ms;
   set_gflops(r, run.flops());
   r.note = "i = 1, cache lengths " + std::to_string(lengths[0]) + ", " +
            std::to_string(lengths[1]) +
            ", ... in shuffled blocks of 16; contiguous = one dense decode per sequence on a "
            "contiguous copy of its keys and values; read_gbps = reading every block (all are "
-           "touched)";
+           "touched); fraction_of_read_best = the fastest round over the read's fastest (the "
+           "target is judged on the medians)";
   set_target(r, "at least 0.9 of contiguous and at least 0.8 of read",
              r.extra["fraction_of_contiguous"] >= 0.9 && r.extra["fraction_of_read"] >= 0.8);
   out.push_back(r);
