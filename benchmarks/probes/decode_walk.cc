@@ -255,8 +255,9 @@ __attribute__((always_inline)) inline void PrefetchRow(const float* row) {
 // kBlock keys: the score pass in groups of kPage keys (one page), kv head
 // by kv head, four 4 x 4 tiles each, prefetching the row `ahead` places on
 // in that walk; then the value pass kv head by kv head over the block's
-// keys (the 4 rows x 8 vectors of O in registers), prefetching `ahead`
-// keys on in its walk, a burst per 4 keys. No softmax (the kernel's takes
+// keys in groups of 4 (half a row of O at a time, 4 rows x 4 vectors in
+// registers over the group), prefetching `ahead` keys on in its walk, a
+// burst per group. No softmax (the kernel's takes
 // about 2% of its samples): the scores are the weights.
 constexpr long kPage = 16;
 template <int kHint>
@@ -299,8 +300,7 @@ __attribute__((target("avx512f"), noinline)) float PagedDecode(const float* k, c
         }
       }
       for (long h = 0; h < kHeads; ++h) {
-        __m512 acc[32];
-        for (int i = 0; i < 32; ++i) acc[i] = _mm512_load_ps(o + h * 4 * kRow + 16 * i);
+        float* oh = o + h * 4 * kRow;
         const float* p = s + h * 4 * kBlock;
         for (long c = b0; c < b1; c += 4) {
           for (long g = 0; g < 4; ++g) {
@@ -312,22 +312,34 @@ __attribute__((target("avx512f"), noinline)) float PagedDecode(const float* k, c
                                : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
                                                 : row(v, std::min(x, keys - 1), 0));
           }
+          // Half a row at a time (4 rows x 4 vectors of O in registers over
+          // the 4 keys, loaded and stored around them), as the kernel's
+          // four-row tile (DecPVTile<4>, groups of 4 keys on Intel) does.
+#pragma GCC unroll 2
+          for (long x0 = 0; x0 < kRow; x0 += 64) {
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int a = 0; a < 16; ++a)
+              acc[a] = _mm512_load_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4));
 #pragma GCC unroll 4
-          for (long g = 0; g < 4; ++g) {
-            const float* r = row(v, c + g, h);
-            __m512 vv[8];
-#pragma GCC unroll 8
-            for (int x = 0; x < 8; ++x) vv[x] = _mm512_loadu_ps(r + 16 * x);
+            for (long g = 0; g < 4; ++g) {
+              const float* r = row(v, c + g, h) + x0;
+              __m512 vv[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; ++i) {
-              const __m512 w = _mm512_set1_ps(p[i * kBlock + (c - b0) + g]);
-#pragma GCC unroll 8
-              for (int x = 0; x < 8; ++x)
-                acc[i * 8 + x] = _mm512_fmadd_ps(w, vv[x], acc[i * 8 + x]);
+              for (int x = 0; x < 4; ++x) vv[x] = _mm512_loadu_ps(r + 16 * x);
+#pragma GCC unroll 4
+              for (int i = 0; i < 4; ++i) {
+                const __m512 w = _mm512_set1_ps(p[i * kBlock + (c - b0) + g]);
+#pragma GCC unroll 4
+                for (int x = 0; x < 4; ++x)
+                  acc[i * 4 + x] = _mm512_fmadd_ps(w, vv[x], acc[i * 4 + x]);
+              }
             }
+#pragma GCC unroll 16
+            for (int a = 0; a < 16; ++a)
+              _mm512_store_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4), acc[a]);
           }
         }
-        for (int i = 0; i < 32; ++i) _mm512_store_ps(o + h * 4 * kRow + 16 * i, acc[i]);
       }
     }
     // Every row of O into the result, so that no pass is dead code.
