@@ -20,18 +20,22 @@
 // and W FMAs (256-bit; the
 // grouped-query decode's score and value passes do 4 AVX-512 FMAs, 8 of
 // these, per line). Prints one row per (W, ahead): the plain read's and the
-// walk's GB/s (medians of 7 alternated calls) and their ratio. On a CPU
-// with AVX-512 a second table walks K alone with a copy of the kernel's
-// grouped-query score tile (TileWalk), against a plain read of K, and a
-// third runs the paged grouped-query decode with nothing but its walk and
-// its arithmetic (PagedDecode: the same bytes as shuffled 64 KiB pages, the
-// kernel's 4 x 4 score tiles and four-row value tile, its prefetch, no
-// softmax) against a plain read of K and V: where the kernel's
-// `fraction_of_read` (posbias-bench's paged case) is that table's, its own
-// bookkeeping costs nothing from memory and the gap to read belongs to any
-// kernel of that arithmetic on that core (docs/performance-notes.md,
-// fortieth round). Exit code 2 for a bad argument or a CPU without AVX2
-// and FMA.
+// walk's GB/s (medians of 7 alternated calls) and their ratio. A second
+// table runs the paged grouped-query decode with nothing but its walk and
+// its arithmetic, in the kernel's AVX2 code (PagedDecodeAvx2: the same
+// bytes as shuffled 64 KiB pages, the kernel's tiles and prefetch, no
+// softmax), against a plain read of K and V as posbias-bench reads them on
+// AVX2 (256-bit loads, four sums). On a CPU with AVX-512 a third walks K
+// alone with a copy of the kernel's grouped-query score tile (TileWalk)
+// and a fourth runs the paged decode in the kernel's AVX-512 code
+// (PagedDecode: 4 x 4 score tiles, the four-row value tile), both against
+// a 512-bit read (as the bench's on AVX-512). Where the kernel's
+// `fraction_of_read` (posbias-bench's paged case; `posbias-attention-loop
+// paged_decode --target AVX2` for the AVX2 code on an AVX-512 CPU) is its
+// paged table's, its own bookkeeping costs nothing from memory and the gap
+// to read belongs to any kernel of that arithmetic on that core
+// (docs/performance-notes.md, fortieth round). Exit code 2 for a bad
+// argument or a CPU without AVX2 and FMA.
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -380,6 +384,167 @@ __attribute__((target("avx512f"), noinline)) float Plain512(const float* k, cons
   return total;
 }
 
+// The AVX2 code of the same paged decode (what the kernel runs on AVX2
+// CPUs: DecScores' general tiles and DecPVTile<4>, 8 lanes): the score
+// pass in groups of 8 keys, kv head by kv head, tiles of 4 query rows by 2
+// keys (8 sums over d, q's 4 vectors loaded per chunk, the sums reduced
+// as DecLaneSums does with 8 lanes); the value pass kv head by kv head in
+// groups of 4 keys, each group column chunk by column chunk (4 rows x 2
+// vectors of O in registers over the group's keys). Prefetch as the
+// AVX-512 code above, a tile's 2 rows before it.
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 PairSums8(__m256 a, __m256 b) {
+  return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+}
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 QuadSums8(__m256 ab, __m256 ce) {
+  const __m256d x = _mm256_castps_pd(ab), y = _mm256_castps_pd(ce);
+  return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)),
+                       _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+}
+// Lane u: the sum of the lanes of acc[u].
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 LaneSums8(const __m256* acc) {
+  const __m256 lo = QuadSums8(PairSums8(acc[0], acc[1]), PairSums8(acc[2], acc[3]));
+  const __m256 hi = QuadSums8(PairSums8(acc[4], acc[5]), PairSums8(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// Scores of query rows q (4 x kRow) against key rows k0 and k1 into s
+// (row stride ls, two columns).
+__attribute__((target("avx2,fma"), always_inline)) inline void ScoreTile4x2(const float* q,
+                                                                            const float* k0,
+                                                                            const float* k1,
+                                                                            float* s, long ls) {
+  __m256 acc[8];  // acc[row * 2 + key]
+#pragma GCC unroll 16
+  for (long x = 0; x < kRow; x += 8) {
+    __m256 qv[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) qv[i] = _mm256_load_ps(q + i * kRow + x);
+    const __m256 kv[2] = {_mm256_loadu_ps(k0 + x), _mm256_loadu_ps(k1 + x)};
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        acc[i * 2 + u] =
+            x == 0 ? _mm256_mul_ps(qv[i], kv[u]) : _mm256_fmadd_ps(qv[i], kv[u], acc[i * 2 + u]);
+      }
+    }
+  }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, LaneSums8(acc));
+  for (int i = 0; i < 4; ++i) {
+    s[i * ls] = out[2 * i];
+    s[i * ls + 1] = out[2 * i + 1];
+  }
+}
+
+template <int kHint>
+__attribute__((target("avx2,fma"), noinline)) float PagedDecodeAvx2(const float* k, const float* v,
+                                                                    const long* order, long pages,
+                                                                    long ahead) {
+  constexpr long kKeyStride = kHeads * kRow;
+  constexpr long kPageFloats = kPage * kKeyStride;
+  constexpr long kGroup = 8;  // keys a score group (the lanes)
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const long* own = order + pages * t / nt;
+    const long keys = (pages * (t + 1) / nt - pages * t / nt) * kPage;
+    const auto row = [&](const float* base, long c, long h) {
+      return base + own[c / kPage] * kPageFloats + (c % kPage) * kKeyStride + h * kRow;
+    };
+    alignas(64) float q[kHeads * 4 * kRow];
+    for (long i = 0; i < kHeads * 4 * kRow; ++i) q[i] = 1e-3f * static_cast<float>(i % 13);
+    alignas(64) float s[kHeads * 4 * kBlock];
+    alignas(64) float o[kHeads * 4 * kRow] = {};
+    for (long b0 = 0; b0 < keys; b0 += kBlock) {
+      const long b1 = std::min(keys, b0 + kBlock);
+      for (long c0 = b0; c0 < b1; c0 += kGroup) {
+        for (long h = 0; h < kHeads; ++h) {
+          for (long u = 0; u < kGroup; u += 2) {
+            for (long i = 0; i < 2; ++i) {
+              // `ahead` places on in the walk: this group's later keys of
+              // head h, or the next head's, or the next group's head 0.
+              const long x = u + i + ahead;
+              const long hh = h + x / kGroup;
+              PrefetchRow<kHint>(
+                  hh < kHeads
+                      ? row(k, c0 + x % kGroup, hh)
+                      : row(k, std::min(c0 + kGroup, keys - kGroup) + x % kGroup, hh - kHeads));
+            }
+            ScoreTile4x2(q + h * 4 * kRow, row(k, c0 + u, h), row(k, c0 + u + 1, h),
+                         s + h * 4 * kBlock + (c0 - b0) + u, kBlock);
+          }
+        }
+      }
+      for (long h = 0; h < kHeads; ++h) {
+        float* oh = o + h * 4 * kRow;
+        const float* p = s + h * 4 * kBlock;
+        for (long c = b0; c < b1; c += 4) {
+          for (long g = 0; g < 4; ++g) {
+            const long x = c + g + ahead;
+            PrefetchRow<kHint>(x < b1           ? row(v, x, h)
+                               : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
+                                                : row(v, std::min(x, keys - 1), 0));
+          }
+          const float* r[4] = {row(v, c, h), row(v, c + 1, h), row(v, c + 2, h), row(v, c + 3, h)};
+#pragma GCC unroll 8
+          for (long x0 = 0; x0 < kRow; x0 += 16) {
+            __m256 acc[8];  // acc[row * 2 + vector]
+#pragma GCC unroll 8
+            for (int a = 0; a < 8; ++a)
+              acc[a] = _mm256_load_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2));
+#pragma GCC unroll 4
+            for (long g = 0; g < 4; ++g) {
+              const __m256 v0 = _mm256_loadu_ps(r[g] + x0), v1 = _mm256_loadu_ps(r[g] + x0 + 8);
+#pragma GCC unroll 4
+              for (int i = 0; i < 4; ++i) {
+                const __m256 w = _mm256_broadcast_ss(p + i * kBlock + (c - b0) + g);
+                acc[i * 2] = _mm256_fmadd_ps(w, v0, acc[i * 2]);
+                acc[i * 2 + 1] = _mm256_fmadd_ps(w, v1, acc[i * 2 + 1]);
+              }
+            }
+#pragma GCC unroll 8
+            for (int a = 0; a < 8; ++a)
+              _mm256_store_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2), acc[a]);
+          }
+        }
+      }
+    }
+    __m256 sum = _mm256_setzero_ps();
+    for (long i = 0; i < kHeads * 4 * kRow; i += 8) sum = _mm256_add_ps(sum, _mm256_load_ps(o + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, sum);
+    for (float x : lanes) total += x;
+  }
+  return total;
+}
+
+// The plain read in 256-bit loads and four sums (posbias-bench's read
+// probe on an AVX2 CPU): the AVX2 paged table's baseline.
+__attribute__((target("avx2,fma"), noinline)) float Plain4x256(const float* k, const float* v,
+                                                               long n) {
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+    for (const float* a : {k, v}) {
+      const long begin = n * t / nt / 32 * 32;
+      const long end = t + 1 == nt ? n : n * (t + 1) / nt / 32 * 32;
+      for (long i = begin; i < end; i += 32) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) s[u] = _mm256_add_ps(s[u], _mm256_load_ps(a + i + 8 * u));
+      }
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+    for (float x : lanes) total += x;
+  }
+  return total;
+}
+
 #pragma GCC diagnostic pop
 
 // The plain read of the same bytes: each thread one contiguous share of K,
@@ -483,6 +648,41 @@ int main(int argc, char** argv) {
     std::printf("%4d %6ld %11.1f %11.1f %9.3f\n", c.w, c.ahead, r.read_gbps, r.walk_gbps,
                 r.walk_gbps / r.read_gbps);
   }
+  // The same bytes as a paged cache: pages of kPage keys [kPage, kHeads,
+  // kRow] in a shuffled order (each thread's share shuffled on its own).
+  const long pages = n / (kPage * kHeads * kRow);
+  const int threads = omp_get_max_threads();
+  std::vector<long> order(static_cast<std::size_t>(pages));
+  std::iota(order.begin(), order.end(), 0L);
+  for (int t = 0; t < threads; ++t) {
+    std::shuffle(order.begin() + pages * t / threads, order.begin() + pages * (t + 1) / threads,
+                 std::mt19937(static_cast<unsigned>(t) + 1u));
+  }
+  struct PagedCase {
+    const char* name;
+    float (*walk)(const float*, const float*, const long*, long, long);
+    long ahead;
+  };
+  const auto paged_table = [&](const char* what, const PagedCase* rows, std::size_t count,
+                               float (*plain)(const float*, const float*, long)) {
+    std::printf(
+        "%s paged grouped-query decode, its walk and arithmetic alone (%ld pages of %ld keys in a "
+        "shuffled order; 4 query rows a kv head; K then V per block of %ld keys)\n",
+        what, pages, kPage, kBlock);
+    std::printf("%-32s %11s %11s %9s\n", "prefetch", "read GB/s", "walk GB/s", "fraction");
+    for (std::size_t i = 0; i < count; ++i) {
+      const PagedCase& c = rows[i];
+      const Rates r = Alternated([&] { return plain(kp, vp, n); },
+                                 [&] { return c.walk(kp, vp, order.data(), pages, c.ahead); },
+                                 2.0 * static_cast<double>(bytes));
+      std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
+                  r.walk_gbps / r.read_gbps);
+    }
+  };
+  const PagedCase avx2[] = {{"none", PagedDecodeAvx2<0>, 8},
+                            {"PREFETCHT0 8 rows (AMD's)", PagedDecodeAvx2<2>, 8},
+                            {"PREFETCHT1 6 rows (Intel's)", PagedDecodeAvx2<1>, 6}};
+  paged_table("AVX2", avx2, 3, Plain4x256);
   if (!__builtin_cpu_supports("avx512f")) return 0;
   std::printf("AVX-512 score tile over K alone (4 query rows x 4 keys, prefetch 8 keys on)\n");
   std::printf("%-32s %11s %11s %9s\n", "order, q's vectors", "read GB/s", "walk GB/s", "fraction");
@@ -500,36 +700,10 @@ int main(int argc, char** argv) {
     std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
                 r.walk_gbps / r.read_gbps);
   }
-  // The same bytes as a paged cache: pages of kPage keys [kPage, kHeads,
-  // kRow] in a shuffled order (each thread's share shuffled on its own).
-  const long pages = n / (kPage * kHeads * kRow);
-  const int threads = omp_get_max_threads();
-  std::vector<long> order(static_cast<std::size_t>(pages));
-  std::iota(order.begin(), order.end(), 0L);
-  for (int t = 0; t < threads; ++t) {
-    std::shuffle(order.begin() + pages * t / threads, order.begin() + pages * (t + 1) / threads,
-                 std::mt19937(static_cast<unsigned>(t) + 1u));
-  }
-  std::printf(
-      "AVX-512 paged grouped-query decode, its walk and arithmetic alone (%ld pages of %ld keys "
-      "in a shuffled order; 4 query rows a kv head; K then V per block of %ld keys)\n",
-      pages, kPage, kBlock);
-  std::printf("%-32s %11s %11s %9s\n", "prefetch", "read GB/s", "walk GB/s", "fraction");
-  struct PagedCase {
-    const char* name;
-    float (*walk)(const float*, const float*, const long*, long, long);
-    long ahead;
-  };
-  const PagedCase paged[] = {{"none", PagedDecode<0>, 6},
-                             {"PREFETCHT1 6 rows (Intel's)", PagedDecode<1>, 6},
-                             {"PREFETCHT1 8 rows", PagedDecode<1>, 8},
-                             {"PREFETCHT0 8 rows (AMD's)", PagedDecode<2>, 8}};
-  for (const PagedCase& c : paged) {
-    const Rates r = Alternated([&] { return Plain512(kp, vp, n); },
-                               [&] { return c.walk(kp, vp, order.data(), pages, c.ahead); },
-                               2.0 * static_cast<double>(bytes));
-    std::printf("%-32s %11.1f %11.1f %9.3f\n", c.name, r.read_gbps, r.walk_gbps,
-                r.walk_gbps / r.read_gbps);
-  }
+  const PagedCase avx512[] = {{"none", PagedDecode<0>, 6},
+                              {"PREFETCHT1 6 rows (Intel's)", PagedDecode<1>, 6},
+                              {"PREFETCHT1 8 rows", PagedDecode<1>, 8},
+                              {"PREFETCHT0 8 rows (AMD's)", PagedDecode<2>, 8}};
+  paged_table("AVX-512", avx512, 4, Plain512);
   return 0;
 }
