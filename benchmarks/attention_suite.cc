@@ -58,26 +58,25 @@ void set_gflops(CaseResult& r, double flops) {
   if (r.median_ms > 0) r.extra["gflops"] = flops / (r.median_ms * 1e6);
 }
 
-// The case's GFLOP/s in its fastest round (reported beside the median's: on
-// a shared machine the gap between the two is the neighbours' share).
-void set_best_gflops(CaseResult& r, double flops, const std::vector<double>& times_ms) {
+// The fastest timed round (the smallest time > 0), or 0 when none was timed.
+double fastest_ms(const std::vector<double>& times_ms) {
   double best = 0;
   for (double ms : times_ms) {
     if (ms > 0 && (best == 0 || ms < best)) best = ms;
   }
+  return best;
+}
+
+// The case's GFLOP/s in its fastest round (reported beside the median's: on
+// a shared machine the gap between the two is the neighbours' share).
+void set_best_gflops(CaseResult& r, double flops, const std::vector<double>& times_ms) {
+  const double best = fastest_ms(times_ms);
   if (best > 0) r.extra["best_gflops"] = flops / (best * 1e6);
 }
 
 void set_read_best(CaseResult& r, const std::vector<double>& times_ms,
                    const std::vector<double>& read_ms) {
-  const auto fastest = [](const std::vector<double>& ms) {
-    double best = 0;
-    for (double t : ms) {
-      if (t > 0 && (best == 0 || t < best)) best = t;
-    }
-    return best;
-  };
-  const double own = fastest(times_ms), read = fastest(read_ms);
+  const double own = fastest_ms(times_ms), read = fastest_ms(read_ms);
   if (own > 0 && read > 0) r.extra["fraction_of_read_best"] = read / own;
 }
 
