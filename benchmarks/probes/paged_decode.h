@@ -86,119 +86,8 @@ __attribute__((always_inline)) inline void PrefetchRow(const float* row) {
   }
 }
 
-// The paged grouped-query decode with nothing but its arithmetic and its
-// walk (attention_decode-inl.h, DecScoresRunTiles and DecValues' four-row
-// tile): K and V as pages of kPage keys [kPage, kHeads, kRow] (a 64 KiB
-// page), each thread the pages of its own sequences (its share of
-// `order`, a shuffled list of page indices, as an engine's free list
-// leaves them), 4 query rows a kv head (32 query heads on 8). Per block of
-// kBlock keys: the score pass in groups of kPage keys (one page), kv head
-// by kv head, four 4 x 4 tiles each, prefetching the row `ahead` places on
-// in that walk; then the value pass kv head by kv head over the block's
-// keys in groups of 4 (half a row of O at a time, 4 rows x 4 vectors in
-// registers over the group), prefetching `ahead` keys on in its walk, a
-// burst per group. No softmax (the kernel's takes
-// about 2% of its samples): the scores are the weights.
-constexpr long kPage = 16;
-template <int kHint>
-__attribute__((target("avx512f"), noinline)) float PagedDecode(const float* k, const float* v,
-                                                               const long* order, long pages,
-                                                               long ahead) {
-  constexpr long kKeyStride = kHeads * kRow;  // a key's rows in a page
-  constexpr long kPageFloats = kPage * kKeyStride;
-  float total = 0.0f;
-#pragma omp parallel reduction(+ : total)
-  {
-    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const long* own = order + pages * t / nt;
-    const long keys = (pages * (t + 1) / nt - pages * t / nt) * kPage;
-    const auto row = [&](const float* base, long c, long h) {
-      return base + own[c / kPage] * kPageFloats + (c % kPage) * kKeyStride + h * kRow;
-    };
-    alignas(64) float q[kHeads * 4 * kRow];
-    for (long i = 0; i < kHeads * 4 * kRow; ++i) q[i] = 1e-3f * static_cast<float>(i % 13);
-    alignas(64) float s[kHeads * 4 * kBlock];
-    alignas(64) float o[kHeads * 4 * kRow] = {};
-    for (long b0 = 0; b0 < keys; b0 += kBlock) {
-      const long b1 = std::min(keys, b0 + kBlock);
-      for (long c0 = b0; c0 < b1; c0 += kPage) {
-        for (long h = 0; h < kHeads; ++h) {
-          for (long u = 0; u < kPage; u += 4) {
-            for (long i = 0; i < 4; ++i) {
-              // `ahead` places on in the walk: this page's later keys of
-              // head h, or the next head's first, or the next page's.
-              const long x = u + i + ahead;
-              const long hh = h + x / kPage;
-              PrefetchRow<kHint>(
-                  hh < kHeads
-                      ? row(k, c0 + x % kPage, hh)
-                      : row(k, std::min(c0 + kPage, keys - kPage) + x % kPage, hh - kHeads));
-            }
-            ScoreTile4x4(q + h * 4 * kRow, row(k, c0 + u, h), kKeyStride,
-                         s + h * 4 * kBlock + (c0 - b0) + u, kBlock);
-          }
-        }
-      }
-      for (long h = 0; h < kHeads; ++h) {
-        float* oh = o + h * 4 * kRow;
-        const float* p = s + h * 4 * kBlock;
-        for (long c = b0; c < b1; c += 4) {
-          for (long g = 0; g < 4; ++g) {
-            const long x = c + g + ahead;
-            // `ahead` keys on in this walk: the block's later keys of head h,
-            // or the next head's first, or (after the last head) the next
-            // block's first keys of head 0.
-            PrefetchRow<kHint>(x < b1           ? row(v, x, h)
-                               : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
-                                                : row(v, std::min(x, keys - 1), 0));
-          }
-          // Half a row at a time (4 rows x 4 vectors of O in registers over
-          // the 4 keys, loaded and stored around them), as the kernel's
-          // four-row tile (DecPVTile<4>, groups of 4 keys on Intel) does.
-#pragma GCC unroll 2
-          for (long x0 = 0; x0 < kRow; x0 += 64) {
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int a = 0; a < 16; ++a)
-              acc[a] = _mm512_load_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4));
-#pragma GCC unroll 4
-            for (long g = 0; g < 4; ++g) {
-              const float* r = row(v, c + g, h) + x0;
-              __m512 vv[4];
-#pragma GCC unroll 4
-              for (int x = 0; x < 4; ++x) vv[x] = _mm512_loadu_ps(r + 16 * x);
-#pragma GCC unroll 4
-              for (int i = 0; i < 4; ++i) {
-                const __m512 w = _mm512_set1_ps(p[i * kBlock + (c - b0) + g]);
-#pragma GCC unroll 4
-                for (int x = 0; x < 4; ++x)
-                  acc[i * 4 + x] = _mm512_fmadd_ps(w, vv[x], acc[i * 4 + x]);
-              }
-            }
-#pragma GCC unroll 16
-            for (int a = 0; a < 16; ++a)
-              _mm512_store_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4), acc[a]);
-          }
-        }
-      }
-    }
-    // Every row of O into the result, so that no pass is dead code.
-    __m512 sum = _mm512_setzero_ps();
-    for (long i = 0; i < kHeads * 4 * kRow; i += 16)
-      sum = _mm512_add_ps(sum, _mm512_load_ps(o + i));
-    total += _mm512_reduce_add_ps(sum);
-  }
-  return total;
-}
-
-// The AVX2 code of the same paged decode (what the kernel runs on AVX2
-// CPUs: DecScores' general tiles and DecPVTile<4>, 8 lanes): the score
-// pass in groups of 8 keys, kv head by kv head, tiles of 4 query rows by 2
-// keys (8 sums over d, q's 4 vectors loaded per chunk, the sums reduced
-// as DecLaneSums does with 8 lanes); the value pass kv head by kv head in
-// groups of 4 keys, each group column chunk by column chunk (4 rows x 2
-// vectors of O in registers over the group's keys). Prefetch as the
-// AVX-512 code above, a tile's 2 rows before it.
+// The transpose-add tree of the AVX2 tile (8 lanes), as TilePairs and
+// TileQuads above within 128-bit blocks.
 __attribute__((target("avx2,fma"), always_inline)) inline __m256 PairSums8(__m256 a, __m256 b) {
   return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
 }
@@ -213,9 +102,10 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 LaneSums8(const
   const __m256 hi = QuadSums8(PairSums8(acc[4], acc[5]), PairSums8(acc[6], acc[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
-
 // Scores of query rows q (4 x kRow) against key rows k0 and k1 into s
-// (row stride ls, two columns).
+// (row stride ls, two columns): the AVX2 tile, as the kernel's general
+// tiles compute it with 8 lanes (q's 4 vectors loaded per chunk, the sums
+// reduced as DecLaneSums does).
 __attribute__((target("avx2,fma"), always_inline)) inline void ScoreTile4x2(const float* q,
                                                                             const float* k0,
                                                                             const float* k1,
@@ -244,86 +134,195 @@ __attribute__((target("avx2,fma"), always_inline)) inline void ScoreTile4x2(cons
   }
 }
 
-template <int kHint>
-__attribute__((target("avx2,fma"), noinline)) float PagedDecodeAvx2(const float* k, const float* v,
-                                                                    const long* order, long pages,
-                                                                    long ahead) {
-  constexpr long kKeyStride = kHeads * kRow;
-  constexpr long kPageFloats = kPage * kKeyStride;
-  constexpr long kGroup = 8;  // keys a score group (the lanes)
-  float total = 0.0f;
-#pragma omp parallel reduction(+ : total)
-  {
-    const long nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const long* own = order + pages * t / nt;
-    const long keys = (pages * (t + 1) / nt - pages * t / nt) * kPage;
-    const auto row = [&](const float* base, long c, long h) {
-      return base + own[c / kPage] * kPageFloats + (c % kPage) * kKeyStride + h * kRow;
-    };
-    alignas(64) float q[kHeads * 4 * kRow];
-    for (long i = 0; i < kHeads * 4 * kRow; ++i) q[i] = 1e-3f * static_cast<float>(i % 13);
-    alignas(64) float s[kHeads * 4 * kBlock];
-    alignas(64) float o[kHeads * 4 * kRow] = {};
-    for (long b0 = 0; b0 < keys; b0 += kBlock) {
-      const long b1 = std::min(keys, b0 + kBlock);
-      for (long c0 = b0; c0 < b1; c0 += kGroup) {
-        for (long h = 0; h < kHeads; ++h) {
-          for (long u = 0; u < kGroup; u += 2) {
-            for (long i = 0; i < 2; ++i) {
-              // `ahead` places on in the walk: this group's later keys of
-              // head h, or the next head's, or the next group's head 0.
-              const long x = u + i + ahead;
-              const long hh = h + x / kGroup;
-              PrefetchRow<kHint>(
-                  hh < kHeads
-                      ? row(k, c0 + x % kGroup, hh)
-                      : row(k, std::min(c0 + kGroup, keys - kGroup) + x % kGroup, hh - kHeads));
-            }
-            ScoreTile4x2(q + h * 4 * kRow, row(k, c0 + u, h), row(k, c0 + u + 1, h),
-                         s + h * 4 * kBlock + (c0 - b0) + u, kBlock);
-          }
+// The two instruction sets' tiles of the paged decode below: kGroup keys a
+// score group (a vector of lanes: the kernel's), kTileKeys keys a score
+// tile; Score: the tile of 4 query rows q by the key rows r + u st (u <
+// kTileKeys) into s (row stride ls); Values: O (4 rows oh) += the weights
+// p (row stride ls) of 4 keys times their value rows r; Sum: the sum of
+// O's 4 kHeads kRow floats.
+struct Avx512Tiles {
+  static constexpr long kGroup = 16, kTileKeys = 4;
+  __attribute__((target("avx512f"))) static inline void Score(const float* q, const float* r,
+                                                              long st, float* s, long ls) {
+    ScoreTile4x4(q, r, st, s, ls);
+  }
+  // Half a row at a time (4 rows x 4 vectors of O in registers over the 4
+  // keys, loaded and stored around them), as the kernel's four-row tile
+  // (DecPVTile<4>, groups of 4 keys on Intel) does.
+  __attribute__((target("avx512f"))) static inline void Values(float* oh, const float* p,
+                                                               const float* const* r, long ls) {
+#pragma GCC unroll 2
+    for (long x0 = 0; x0 < kRow; x0 += 64) {
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int a = 0; a < 16; ++a) acc[a] = _mm512_load_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4));
+#pragma GCC unroll 4
+      for (long g = 0; g < 4; ++g) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; ++x) vv[x] = _mm512_loadu_ps(r[g] + x0 + 16 * x);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512 w = _mm512_set1_ps(p[i * ls + g]);
+#pragma GCC unroll 4
+          for (int x = 0; x < 4; ++x) acc[i * 4 + x] = _mm512_fmadd_ps(w, vv[x], acc[i * 4 + x]);
         }
       }
-      for (long h = 0; h < kHeads; ++h) {
-        float* oh = o + h * 4 * kRow;
-        const float* p = s + h * 4 * kBlock;
-        for (long c = b0; c < b1; c += 4) {
-          for (long g = 0; g < 4; ++g) {
-            const long x = c + g + ahead;
-            PrefetchRow<kHint>(x < b1           ? row(v, x, h)
-                               : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
-                                                : row(v, std::min(x, keys - 1), 0));
-          }
-          const float* r[4] = {row(v, c, h), row(v, c + 1, h), row(v, c + 2, h), row(v, c + 3, h)};
-#pragma GCC unroll 8
-          for (long x0 = 0; x0 < kRow; x0 += 16) {
-            __m256 acc[8];  // acc[row * 2 + vector]
-#pragma GCC unroll 8
-            for (int a = 0; a < 8; ++a)
-              acc[a] = _mm256_load_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2));
-#pragma GCC unroll 4
-            for (long g = 0; g < 4; ++g) {
-              const __m256 v0 = _mm256_loadu_ps(r[g] + x0), v1 = _mm256_loadu_ps(r[g] + x0 + 8);
-#pragma GCC unroll 4
-              for (int i = 0; i < 4; ++i) {
-                const __m256 w = _mm256_broadcast_ss(p + i * kBlock + (c - b0) + g);
-                acc[i * 2] = _mm256_fmadd_ps(w, v0, acc[i * 2]);
-                acc[i * 2 + 1] = _mm256_fmadd_ps(w, v1, acc[i * 2 + 1]);
-              }
-            }
-#pragma GCC unroll 8
-            for (int a = 0; a < 8; ++a)
-              _mm256_store_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2), acc[a]);
-          }
-        }
-      }
+#pragma GCC unroll 16
+      for (int a = 0; a < 16; ++a) _mm512_store_ps(oh + (a / 4) * kRow + x0 + 16 * (a % 4), acc[a]);
     }
+  }
+  __attribute__((target("avx512f"))) static inline float Sum(const float* o) {
+    __m512 sum = _mm512_setzero_ps();
+    for (long i = 0; i < kHeads * 4 * kRow; i += 16)
+      sum = _mm512_add_ps(sum, _mm512_load_ps(o + i));
+    return _mm512_reduce_add_ps(sum);
+  }
+};
+
+// The AVX2 code (what the kernel runs on AVX2 CPUs: DecScores' general
+// tiles and DecPVTile<4>, 8 lanes): tiles of 4 query rows by 2 keys; the
+// value group column chunk by column chunk (4 rows x 2 vectors of O in
+// registers over the group's keys).
+struct Avx2Tiles {
+  static constexpr long kGroup = 8, kTileKeys = 2;
+  __attribute__((target("avx2,fma"))) static inline void Score(const float* q, const float* r,
+                                                               long st, float* s, long ls) {
+    ScoreTile4x2(q, r, r + st, s, ls);
+  }
+  __attribute__((target("avx2,fma"))) static inline void Values(float* oh, const float* p,
+                                                                const float* const* r, long ls) {
+#pragma GCC unroll 8
+    for (long x0 = 0; x0 < kRow; x0 += 16) {
+      __m256 acc[8];  // acc[row * 2 + vector]
+#pragma GCC unroll 8
+      for (int a = 0; a < 8; ++a) acc[a] = _mm256_load_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2));
+#pragma GCC unroll 4
+      for (long g = 0; g < 4; ++g) {
+        const __m256 v0 = _mm256_loadu_ps(r[g] + x0), v1 = _mm256_loadu_ps(r[g] + x0 + 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m256 w = _mm256_broadcast_ss(p + i * ls + g);
+          acc[i * 2] = _mm256_fmadd_ps(w, v0, acc[i * 2]);
+          acc[i * 2 + 1] = _mm256_fmadd_ps(w, v1, acc[i * 2 + 1]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int a = 0; a < 8; ++a) _mm256_store_ps(oh + (a / 2) * kRow + x0 + 8 * (a % 2), acc[a]);
+    }
+  }
+  __attribute__((target("avx2,fma"))) static inline float Sum(const float* o) {
     __m256 sum = _mm256_setzero_ps();
     for (long i = 0; i < kHeads * 4 * kRow; i += 8) sum = _mm256_add_ps(sum, _mm256_load_ps(o + i));
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, sum);
+    float total = 0.0f;
     for (float x : lanes) total += x;
+    return total;
   }
+};
+
+// The paged grouped-query decode with nothing but its arithmetic and its
+// walk (attention_decode-inl.h, DecScoresRunTiles and DecValues' four-row
+// tile), one thread's share: K and V as pages of kPage keys [kPage,
+// kHeads, kRow] (a 64 KiB page), the thread's share of `order` (a
+// shuffled list of page indices, as an engine's free list leaves them), 4
+// query rows a kv head (32 query heads on 8). Per block of kBlock keys:
+// the score pass in groups of Tiles::kGroup keys, kv head by kv head,
+// tiles of Tiles::kTileKeys keys, prefetching the row `ahead` places on in
+// that walk (kHint as PrefetchRow's); then the value pass kv head by kv
+// head over the block's keys in groups of 4, prefetching `ahead` keys on
+// in its walk, a burst per group. No softmax (the kernel's takes about 2%
+// of its samples): the scores are the weights. Written once for both
+// instruction sets: PagedThread (below) compiles it into each one's code
+// (GCC inlines the tiles, which have a target attribute, only into a
+// function of that target, so the walk itself has none).
+constexpr long kPage = 16;
+template <class Tiles, int kHint>
+inline float PagedWalk(const float* k, const float* v, const long* order, long pages, long ahead) {
+  constexpr long kKeyStride = kHeads * kRow;  // a key's rows in a page
+  constexpr long kPageFloats = kPage * kKeyStride;
+  constexpr long kGroup = Tiles::kGroup, kTile = Tiles::kTileKeys;
+  static_assert(kPage % kGroup == 0 && kGroup % kTile == 0 && kBlock % kPage == 0);
+  const long nt = omp_get_num_threads(), t = omp_get_thread_num();
+  const long* own = order + pages * t / nt;
+  const long keys = (pages * (t + 1) / nt - pages * t / nt) * kPage;
+  const auto row = [&](const float* base, long c, long h) {
+    return base + own[c / kPage] * kPageFloats + (c % kPage) * kKeyStride + h * kRow;
+  };
+  alignas(64) float q[kHeads * 4 * kRow];
+  for (long i = 0; i < kHeads * 4 * kRow; ++i) q[i] = 1e-3f * static_cast<float>(i % 13);
+  alignas(64) float s[kHeads * 4 * kBlock];
+  alignas(64) float o[kHeads * 4 * kRow] = {};
+  for (long b0 = 0; b0 < keys; b0 += kBlock) {
+    const long b1 = std::min(keys, b0 + kBlock);
+    for (long c0 = b0; c0 < b1; c0 += kGroup) {
+      for (long h = 0; h < kHeads; ++h) {
+        for (long u = 0; u < kGroup; u += kTile) {
+          for (long i = 0; i < kTile; ++i) {
+            // `ahead` places on in the walk: this group's later keys of
+            // head h, or the next head's, or the next group's head 0.
+            const long x = u + i + ahead;
+            const long hh = h + x / kGroup;
+            PrefetchRow<kHint>(
+                hh < kHeads
+                    ? row(k, c0 + x % kGroup, hh)
+                    : row(k, std::min(c0 + kGroup, keys - kGroup) + x % kGroup, hh - kHeads));
+          }
+          Tiles::Score(q + h * 4 * kRow, row(k, c0 + u, h), kKeyStride,
+                       s + h * 4 * kBlock + (c0 - b0) + u, kBlock);
+        }
+      }
+    }
+    for (long h = 0; h < kHeads; ++h) {
+      for (long c = b0; c < b1; c += 4) {
+        for (long g = 0; g < 4; ++g) {
+          const long x = c + g + ahead;
+          // `ahead` keys on in this walk: the block's later keys of head h,
+          // or the next head's first, or (after the last head) the next
+          // block's first keys of head 0.
+          PrefetchRow<kHint>(x < b1           ? row(v, x, h)
+                             : h + 1 < kHeads ? row(v, b0 + (x - b1), h + 1)
+                                              : row(v, std::min(x, keys - 1), 0));
+        }
+        const float* r[4] = {row(v, c, h), row(v, c + 1, h), row(v, c + 2, h), row(v, c + 3, h)};
+        Tiles::Values(o + h * 4 * kRow, s + h * 4 * kBlock + (c - b0), r, kBlock);
+      }
+    }
+  }
+  // Every row of O into the result, so that no pass is dead code.
+  return Tiles::Sum(o);
+}
+
+// One thread's PagedWalk in each instruction set's code (flatten: the walk
+// and the tiles inlined here, where the target allows them).
+template <int kHint>
+__attribute__((target("avx512f"), flatten, noinline)) float PagedThread512(const float* k,
+                                                                           const float* v,
+                                                                           const long* order,
+                                                                           long pages, long ahead) {
+  return PagedWalk<Avx512Tiles, kHint>(k, v, order, pages, ahead);
+}
+template <int kHint>
+__attribute__((target("avx2,fma"), flatten, noinline)) float PagedThreadAvx2(
+    const float* k, const float* v, const long* order, long pages, long ahead) {
+  return PagedWalk<Avx2Tiles, kHint>(k, v, order, pages, ahead);
+}
+
+// The paged decode on every thread, in AVX-512 (PagedDecode) and AVX2
+// (PagedDecodeAvx2) code.
+template <int kHint>
+float PagedDecode(const float* k, const float* v, const long* order, long pages, long ahead) {
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  total += PagedThread512<kHint>(k, v, order, pages, ahead);
+  return total;
+}
+template <int kHint>
+float PagedDecodeAvx2(const float* k, const float* v, const long* order, long pages, long ahead) {
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  total += PagedThreadAvx2<kHint>(k, v, order, pages, ahead);
   return total;
 }
 
