@@ -309,22 +309,20 @@ __attribute__((target("avx2,fma"), flatten, noinline)) float PagedThreadAvx2(
   return PagedWalk<Avx2Tiles, kHint>(k, v, order, pages, ahead);
 }
 
-// The paged decode on every thread, in AVX-512 (PagedDecode) and AVX2
-// (PagedDecodeAvx2) code.
-template <int kHint>
-float PagedDecode(const float* k, const float* v, const long* order, long pages, long ahead) {
+// The paged decode on every thread (the threads' sums added), in AVX-512
+// (PagedDecode) and AVX2 (PagedDecodeAvx2) code.
+using PagedFn = float (*)(const float*, const float*, const long*, long, long);
+template <PagedFn kThread>
+float OnEveryThread(const float* k, const float* v, const long* order, long pages, long ahead) {
   float total = 0.0f;
 #pragma omp parallel reduction(+ : total)
-  total += PagedThread512<kHint>(k, v, order, pages, ahead);
+  total += kThread(k, v, order, pages, ahead);
   return total;
 }
 template <int kHint>
-float PagedDecodeAvx2(const float* k, const float* v, const long* order, long pages, long ahead) {
-  float total = 0.0f;
-#pragma omp parallel reduction(+ : total)
-  total += PagedThreadAvx2<kHint>(k, v, order, pages, ahead);
-  return total;
-}
+constexpr PagedFn PagedDecode = OnEveryThread<PagedThread512<kHint>>;
+template <int kHint>
+constexpr PagedFn PagedDecodeAvx2 = OnEveryThread<PagedThreadAvx2<kHint>>;
 
 #pragma GCC diagnostic pop
 
