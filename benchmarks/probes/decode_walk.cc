@@ -62,8 +62,7 @@ using posbias::probes::kPage;
 using posbias::probes::kRow;
 using posbias::probes::PagedDecode;
 using posbias::probes::PagedDecodeAvx2;
-using posbias::probes::TilePairs;
-using posbias::probes::TileQuads;
+using posbias::probes::TileSums;
 constexpr long kLineFloats = 16;  // 64 bytes
 
 // Sums (with W FMAs per line on eight accumulators that depend on the
@@ -173,17 +172,7 @@ __attribute__((target("avx512f"), noinline)) float TileWalk(const float* k, long
                 x == 0 ? _mm512_mul_ps(qv, kv) : _mm512_fmadd_ps(qv, kv, acc[i * 4 + u]);
           }
         }
-        __m512 w[4];
-        for (int i = 0; i < 4; ++i) {
-          w[i] = TileQuads(TilePairs(acc[4 * i], acc[4 * i + 1]),
-                           TilePairs(acc[4 * i + 2], acc[4 * i + 3]));
-        }
-        const __m512 a01 = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44),
-                                         _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
-        const __m512 a23 = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44),
-                                         _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
-        _mm512_store_ps(s + (c % kBlock) * 4, _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88),
-                                                            _mm512_shuffle_f32x4(a01, a23, 0xDD)));
+        _mm512_store_ps(s + (c % kBlock) * 4, TileSums(acc));
         if (c % kBlock == kBlock - 4) keep = _mm512_add_ps(keep, _mm512_load_ps(s + 16));
       }
     }

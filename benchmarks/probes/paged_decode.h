@@ -34,6 +34,23 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 TileQuads(__m512
                        _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
 }
 
+// The transpose-add tree of a 4 x 4 score tile (the kernel's, in
+// attention_decode_sums-inl.h): from acc[row * 4 + key], the 16 sums of
+// their lanes, lane 4 row + key.
+__attribute__((target("avx512f"), always_inline)) inline __m512 TileSums(const __m512* acc) {
+  __m512 w[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    w[i] =
+        TileQuads(TilePairs(acc[4 * i], acc[4 * i + 1]), TilePairs(acc[4 * i + 2], acc[4 * i + 3]));
+  }
+  const __m512 a01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
+  const __m512 a23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+}
+
 // The 4 x 4 score tile of the paged decode below: query rows q (4 x kRow)
 // by the key rows r, r + st, r + 2 st, r + 3 st into s (row stride ls),
 // as attention_decode_tiles-inl.h's DecQ4K4Tile does it.
@@ -56,18 +73,7 @@ __attribute__((target("avx512f"), always_inline)) inline void ScoreTile4x4(const
       }
     }
   }
-  __m512 w[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    w[i] =
-        TileQuads(TilePairs(acc[4 * i], acc[4 * i + 1]), TilePairs(acc[4 * i + 2], acc[4 * i + 3]));
-  }
-  const __m512 a01 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x44), _mm512_shuffle_f32x4(w[0], w[1], 0xEE));
-  const __m512 a23 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], 0x44), _mm512_shuffle_f32x4(w[2], w[3], 0xEE));
-  const __m512 out =
-      _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+  const __m512 out = TileSums(acc);
   _mm_storeu_ps(s, _mm512_extractf32x4_ps(out, 0));
   _mm_storeu_ps(s + ls, _mm512_extractf32x4_ps(out, 1));
   _mm_storeu_ps(s + 2 * ls, _mm512_extractf32x4_ps(out, 2));
