@@ -112,9 +112,10 @@ void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>&
 std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what);
 
 // The paged append case's call on its own (for posbias-attention-loop),
-// or with `contiguous` its baseline (the dense calls on contiguous copies);
-// sets what to the inputs' description.
-std::function<void()> paged_append_call(bool contiguous, std::string& what);
+// or a baseline of it: layout "contiguous" (the dense calls on contiguous
+// copies) or "slab" (the same call on a slab cache); sets what to the
+// inputs' description.
+std::function<void()> paged_append_call(const std::string& layout, std::string& what);
 
 }  // namespace posbias::bench
 

@@ -17,8 +17,9 @@
 // prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), prefill_nobias
 // (prefill_causal without a bias), paged_decode (the
 // bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call), paged_append
-// and paged_append_contiguous (the paged_append_alibi_b4_i128_h32_hk8_d128_block16
-// call and its baseline, the dense calls on contiguous copies). Prints the
+// paged_append_contiguous and paged_append_slab (the
+// paged_append_alibi_b4_i128_h32_hk8_d128_block16 call and its baselines,
+// the dense calls on contiguous copies and the same call on a slab cache). Prints the
 // calls made and their mean time.
 // --keys J replaces the case's key count (a decode over a cache that fits
 // in L2 or L3 shows the kernel's arithmetic rate without the memory). A
@@ -78,7 +79,7 @@ int usage() {
   std::cerr
       << "usage: posbias-attention-loop CASE [--seconds S] [--keys J] [--target NAME]; cases:";
   for (const auto& [name, c] : loop_cases()) std::cerr << " " << name;
-  std::cerr << " paged_decode paged_append paged_append_contiguous (no --keys)\n";
+  std::cerr << " paged_decode paged_append paged_append_contiguous paged_append_slab (no --keys)\n";
   return 2;
 }
 
@@ -88,8 +89,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || argc % 2 != 0) return usage();
   // The paged cases' inputs are the bench's (kvcache_cases.cc), not a LoopCase.
   const std::string name = argv[1];
-  const bool paged =
-      name == "paged_decode" || name == "paged_append" || name == "paged_append_contiguous";
+  const bool paged = name == "paged_decode" || name == "paged_append" ||
+                     name == "paged_append_contiguous" || name == "paged_append_slab";
   const auto it = loop_cases().find(argv[1]);
   if (it == loop_cases().end() && !paged) return usage();
   double seconds = 10;
@@ -137,7 +138,9 @@ int main(int argc, char** argv) {
     call = posbias::bench::paged_decode_call(kv_bytes, what);
     call();  // warm-up
   } else if (paged) {
-    call = posbias::bench::paged_append_call(name == "paged_append_contiguous", what);
+    const std::string prefix = "paged_append_";
+    call = posbias::bench::paged_append_call(
+        name.size() > prefix.size() ? name.substr(prefix.size()) : "paged", what);
     call();  // warm-up
   } else {
     in = posbias::bench::attention_inputs(c.h, c.hk, c.i, c.j, c.d, c.kv_dtype);

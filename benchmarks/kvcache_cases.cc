@@ -79,6 +79,29 @@ Tensor contiguous_copy_of(const PagedCache& c, const Tensor& cache, std::int64_t
   return dense;
 }
 
+// The cache's sequences as slabs [b, max_len, kKvHeads, kDim]
+// (flash_attn_with_kvcache without a block table): sequence s's keys (or
+// values) at the start of slab s, rows in a page's layout (every kv head
+// of a position side by side). Rows past a sequence's length are never
+// written nor read.
+Tensor slab_copy_of(const PagedCache& c, const Tensor& cache) {
+  const auto b = static_cast<std::int64_t>(c.lengths.size());
+  const std::int64_t max_len = *std::max_element(c.lengths.begin(), c.lengths.end());
+  Tensor slab = Tensor::empty({b, max_len, kKvHeads, kDim}, DType::kFloat32);
+  const float* src = cache.data<float>();
+  float* dst = slab.mutable_data<float>();
+  const std::int64_t row = kKvHeads * kDim;
+  for (std::int64_t s = 0; s < b; ++s) {
+    const std::int32_t* table = c.block_table.data<std::int32_t>() + s * c.max_blocks;
+    for (std::int64_t pos = 0; pos < c.lengths[static_cast<std::size_t>(s)]; ++pos) {
+      std::memcpy(dst + (s * max_len + pos) * row,
+                  src + (table[pos / kBlock] * kBlock + pos % kBlock) * row,
+                  static_cast<std::size_t>(row) * sizeof(float));
+    }
+  }
+  return slab;
+}
+
 // Sequence s of q [b, i, kHeads, kDim] as the dense [1, kHeads, i, kDim]
 // view of the same memory.
 Tensor query_view(const Tensor& q, std::int64_t s) {
@@ -94,6 +117,7 @@ struct KvCacheRun {
   PagedCache cache;
   Tensor q;
   std::vector<Tensor> k_dense, v_dense;
+  Tensor k_slab, v_slab, no_table;
   AttentionBias alibi = AttentionBias::alibi(alibi_slopes(kHeads));
 
   // dense: make the contiguous copies too (the bench's baseline; a run of
@@ -103,7 +127,8 @@ struct KvCacheRun {
         q(random_tensor({static_cast<std::int64_t>(lengths.size()), i, kHeads, kDim}, 33)) {
     if (dense) copy_dense();
   }
-  // The dense calls' caches: contiguous copies of the paged one.
+  // The dense calls' caches (contiguous copies of the paged one) and the
+  // slab cache.
   void copy_dense() {
     k_dense.clear();
     v_dense.clear();
@@ -111,10 +136,18 @@ struct KvCacheRun {
       k_dense.push_back(contiguous_copy_of(cache, cache.k_cache, static_cast<std::int64_t>(s)));
       v_dense.push_back(contiguous_copy_of(cache, cache.v_cache, static_cast<std::int64_t>(s)));
     }
+    k_slab = slab_copy_of(cache, cache.k_cache);
+    v_slab = slab_copy_of(cache, cache.v_cache);
   }
   void paged() const {
     Tensor out = attention_kvcache_forward(q, cache.k_cache, cache.v_cache, cache.cache_seqlens,
                                            cache.block_table, alibi, causal_options());
+  }
+  // The same call on the slab cache: the paged call's row layout without
+  // its pages.
+  void slab() const {
+    Tensor out = attention_kvcache_forward(q, k_slab, v_slab, cache.cache_seqlens, no_table, alibi,
+                                           causal_options());
   }
   void contiguous() const {
     for (std::size_t s = 0; s < k_dense.size(); ++s) {
@@ -159,7 +192,7 @@ void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
                                             stream_read(run.cache.k_cache.raw_data(), bytes / 2) +
                                             stream_read(run.cache.v_cache.raw_data(), bytes / 2);
                                    },
-                                   fma.run()},
+                                   fma.run(), [&] { run.slab(); }},
                                   o.warmup, o.repetitions);
   fma.record(name, t[3]);
   CaseResult r;
@@ -171,11 +204,16 @@ void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   r.extra["fraction_of_read"] = r.extra["gbps"] / r.baselines["read_gbps"];
   set_read_best(r, t[0], t[2]);
   r.extra["fraction_of_contiguous"] = r.baselines["contiguous"] / r.median_ms;
+  r.baselines["slab"] = median(t[4]);
+  r.extra["fraction_of_slab"] = r.baselines["slab"] / r.median_ms;
   set_gflops(r, run.flops());
   r.note = "i = 1, cache lengths " + std::to_string(lengths[0]) + ", " +
            std::to_string(lengths[1]) +
            ", ... in shuffled blocks of 16; contiguous = one dense decode per sequence on a "
-           "contiguous copy of its keys and values; read_gbps = reading every block (all are "
+           "contiguous copy of its keys and values ([1, hk, j, d]: a kv head's rows one after "
+           "another); slab = the same paged call's sequences as a slab cache [b, max_len, hk, d] "
+           "(no block table: the pages' row layout, a kv head's rows hk * d apart); read_gbps = "
+           "reading every block (all are "
            "touched); fraction_of_read_best = the fastest round over the read's fastest (the "
            "target is judged on the medians)";
   set_target(r, "at least 0.9 of contiguous and at least 0.8 of read",
@@ -214,9 +252,9 @@ void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   if (!o.wants(name)) return;
   AppendRun ar(cached, i);
   const KvCacheRun& run = ar.run;
-  const auto t = time_interleaved(
-      {[&] { run.paged(); }, [&] { run.contiguous(); }, [&] { ar.append(); }, fma.run()},
-      o.warmup, o.repetitions);
+  const auto t = time_interleaved({[&] { run.paged(); }, [&] { run.contiguous(); },
+                                   [&] { ar.append(); }, fma.run(), [&] { run.slab(); }},
+                                  o.warmup, o.repetitions);
   fma.record(name, t[3]);
   CaseResult r;
   r.name = name;
@@ -224,12 +262,16 @@ void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   r.baselines["contiguous"] = median(t[1]);
   r.extra["fraction_of_contiguous"] = r.baselines["contiguous"] / r.median_ms;
   r.extra["append_ms"] = median(t[2]);
+  r.baselines["slab"] = median(t[4]);
+  r.extra["fraction_of_slab"] = r.baselines["slab"] / r.median_ms;
   set_gflops(r, run.flops());
   r.note = "4 sequences of " + std::to_string(cached) + " cached keys, " + std::to_string(i) +
            " new queries each (their last positions), causal; contiguous = one dense call per "
            "sequence with q_offset " +
            std::to_string(cached) +
-           " on a contiguous copy of its cache; append_ms = kvcache_append of the new keys and "
+           " on a contiguous copy of its cache ([1, hk, j, d]); slab = the same call on the "
+           "sequences as a slab cache [b, max_len, hk, d] (the pages' row layout without the "
+           "pages); append_ms = kvcache_append of the new keys and "
            "values, not part of median_ms";
   set_target(r, "at least 0.9 of contiguous", r.extra["fraction_of_contiguous"] >= 0.9);
   out.push_back(r);
@@ -253,14 +295,16 @@ std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what
   return [run] { run->paged(); };
 }
 
-std::function<void()> paged_append_call(bool contiguous, std::string& what) {
+std::function<void()> paged_append_call(const std::string& layout, std::string& what) {
   auto ar = std::make_shared<AppendRun>(kAppendCached, kAppendNew);
-  what = std::string(contiguous ? "dense calls with q_offset on contiguous copies"
-                                : "paged k and v float32, block " + std::to_string(kBlock)) +
+  what = (layout == "contiguous" ? std::string("dense calls with q_offset on contiguous copies")
+          : layout == "slab"     ? std::string("slab k and v float32 [b, max_len, hk, d]")
+                                 : "paged k and v float32, block " + std::to_string(kBlock)) +
          ", 4 sequences of " + std::to_string(kAppendCached) + " cached keys appending " +
          std::to_string(kAppendNew) + " queries, h " + std::to_string(kHeads) + ", hk " +
          std::to_string(kKvHeads) + ", d " + std::to_string(kDim);
-  if (contiguous) return [ar] { ar->run.contiguous(); };
+  if (layout == "contiguous") return [ar] { ar->run.contiguous(); };
+  if (layout == "slab") return [ar] { ar->run.slab(); };
   return [ar] { ar->run.paged(); };
 }
 
