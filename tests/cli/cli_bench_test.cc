@@ -101,11 +101,12 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
         {"masked_alibi_causal_h16_n512_d64", {"plain"}, {"mask_cost_over_plain"}},
         {"softcap_alibi_causal_h16_n512_d64", {"plain"}, {"softcap_cost_over_plain"}},
         {"paged_decode_alibi_b8_h32_hk8_d128_block16",
-         {"contiguous", "read_gbps"},
-         {"fraction_of_read", "fraction_of_read_best", "fraction_of_contiguous"}},
+         {"contiguous", "slab", "read_gbps"},
+         {"fraction_of_read", "fraction_of_read_best", "fraction_of_contiguous",
+          "fraction_of_slab"}},
         {"paged_append_alibi_b4_i16_h32_hk8_d128_block16",
-         {"contiguous"},
-         {"fraction_of_contiguous", "append_ms"}},
+         {"contiguous", "slab"},
+         {"fraction_of_contiguous", "fraction_of_slab", "append_ms"}},
         {"memory_h16_n2048_d64", {}, {"peak_bytes", "io_bytes"}}}},
   };
   for (const BenchSuiteCases& suite : suites) {
@@ -151,7 +152,6 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
   }
 }
 
-
 // --only reports the cases whose name contains the text, and nothing else.
 TEST(Cli, BenchOnlyReportsTheNamedCases) {
   const ProcessResult run = run_ok({"bench", "attention", "--quick", "--json", "--repetitions", "1",
@@ -172,7 +172,8 @@ TEST(Cli, BenchOverridesOnlyAGenericOpenBlasCore) {
   EXPECT_EQ(openblas_core_for("Core2", false, true), "Haswell");
   EXPECT_EQ(openblas_core_for("Prescott", false, false), "");
   EXPECT_EQ(openblas_core_for("", true, true), "SkylakeX");
-  for (const char* kept : {"Haswell", "SkylakeX", "SKYLAKEX", "Cooperlake", "SapphireRapids", "Zen"}) {
+  for (const char* kept :
+       {"Haswell", "SkylakeX", "SKYLAKEX", "Cooperlake", "SapphireRapids", "Zen"}) {
     EXPECT_EQ(openblas_core_for(kept, true, true), "") << kept;
   }
 }
@@ -235,8 +236,7 @@ TEST(Cli, BenchWithoutTheBenchProgramSaysHowToBuildIt) {
   EXPECT_NE(lines[0].find("cmake --build build --target posbias-bench"), std::string::npos)
       << lines[0];
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("unknown benchmark suite 'no-such-suite'"), std::string::npos)
-      << bad.err;
+  EXPECT_NE(bad.err.find("unknown benchmark suite 'no-such-suite'"), std::string::npos) << bad.err;
 }
 
 }  // namespace
