@@ -562,7 +562,7 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   std::int64_t units = 0;
   const std::int64_t bq0 = std::min(block_q, p.i);
   for (std::int64_t s = 0; s < p.b; ++s) units += (sequence(p, s).i + bq0 - 1) / bq0 * p.h;
-  const AttentionBlocking bl = PlanBlocking(p, block_q, block_k, splits, units, threads);
+  AttentionBlocking bl = PlanBlocking(p, block_q, block_k, splits, units, threads);
   const std::vector<AttentionTaskRef> list = ListTasks(p, bl);
   const std::int64_t rows_per_task = bl.hg * bl.bq;
   const std::int64_t tasks = static_cast<std::int64_t>(list.size()) * bl.splits;
@@ -577,6 +577,10 @@ void Run(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
   for (const AttentionTaskRef& t : list) flops += t.cost;
   flops *= static_cast<double>(bl.bk) * static_cast<double>(bl.hg) * static_cast<double>(p.d);
   const bool parallel = tasks > 1 && flops >= 65536.0 && threads > 1;
+
+  // The key blocks most kv heads will test, measured from whole positions.
+  BlockNormTable norms;
+  if (FillBlockNorms(p, bl, parallel, norms)) bl.norms = &norms;
 
   // Whole kv heads per thread where each thread packs a head's keys.
   const std::vector<std::int64_t> runs = KvHeadRuns(p, bl, list, parallel ? threads : 1);
@@ -646,12 +650,19 @@ HWY_EXPORT(SoftmaxExp);
 
 namespace {
 std::atomic<std::int64_t> flushed_tiles{0};
+std::atomic<std::int64_t> block_norms{0};
 }  // namespace
 
 std::int64_t flushed_tiles_skipped() { return flushed_tiles.load(std::memory_order_relaxed); }
 
 void count_flushed_tiles(std::int64_t tiles) {
   flushed_tiles.fetch_add(tiles, std::memory_order_relaxed);
+}
+
+std::int64_t block_norms_measured() { return block_norms.load(std::memory_order_relaxed); }
+
+void count_block_norms(std::int64_t blocks) {
+  block_norms.fetch_add(blocks, std::memory_order_relaxed);
 }
 
 void softmax_exp(SoftmaxExpKind kind, const float* x, float* out, std::int64_t n) {

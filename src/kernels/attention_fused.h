@@ -28,6 +28,12 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 std::int64_t flushed_tiles_skipped();
 void count_flushed_tiles(std::int64_t tiles);
 
+// Key blocks (of a sequence, every kv head) whose key norms and value
+// finiteness were measured from whole key positions before a call's tasks
+// (FillBlockNorms, attention_skip-inl.h), counted over the process's calls.
+std::int64_t block_norms_measured();
+void count_block_norms(std::int64_t blocks);
+
 // The kernels' exp (attention_exp-inl.h) over n values x, into out (for
 // tests; best instruction set, or the one SetSupportedTargetsForTest left).
 //   kUnclamped:   ExpUnclamped, for x <= 88 or NaN (0 below -40).

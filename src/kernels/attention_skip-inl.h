@@ -40,6 +40,7 @@
 #include <limits>
 
 #include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_fused.h"     // count_block_norms
 #include "kernels/attention_pack-inl.h"  // KeyRowAt, PackRow
 #include "kernels/attention_params.h"
 #include "kernels/attention_task-inl.h"
@@ -276,6 +277,134 @@ HWY_INLINE bool TileFlushed(const AttentionWork& w, const double* need, std::int
   return true;
 }
 
+// Where a call's keys are laid out by position (a paged or slab cache, or
+// a dense [b, len, hk, d] view: the hk rows of a key position side by side,
+// hk * d elements), the test's reads of one kv head's rows (d elements of
+// every hk * d) leave the hardware's stream prefetchers nothing to follow,
+// where reading whole positions is a stream. On a Xeon (family 6 model
+// 167, two threads) the test's scans read 13.8-15.3 GB/s a kv head at a
+// time and 22.8 over whole positions, against 20.7-21.5 over a kv head's
+// rows laid one after another; the bench's paged append took 0.93x the time
+// with its blocks measured here (docs/performance-notes.md, forty-second
+// round). So, before the tasks, the key blocks that most kv heads will test
+// are measured for every kv head from whole positions: with ALiBi, a block
+// at least kFlushDistance / slope from every query of its sequence for
+// three quarters of the kv heads (each with its steepest slope; a block so
+// far gets its scores 41 below the diagonal's from the bias alone). The
+// tasks' tests (FlushedBlockTest) take them from the table; the rows of a
+// kv head that would not have tested the block are read for nothing, which
+// the quarter bounds. Returns whether any block was measured.
+constexpr double kFlushDistance = 41.0;
+
+// A key norm not measured (norms are >= 0 or NaN).
+constexpr float kNormUnknown = -1.0f;
+
+// Key rows [c0, c1) of sequence t0.bb, every kv head (t0: the sequence's
+// kv head 0), of element type T: each kv head's largest key norm and
+// whether its value rows are finite, into the table's entries of block kb.
+template <typename T>
+void MeasureBlockNorms(const AttentionParams& p, const AttentionTask& t0, std::int64_t c0,
+                       std::int64_t c1, std::int64_t kb, std::vector<float>& most,
+                       std::vector<char>& finite, BlockNormTable& table) {
+  const DF df;
+  const std::int64_t lanes = AttnLanes(df), d = p.d, hk = p.hk;
+  const T* k = static_cast<const T*>(p.k);
+  const T* v = static_cast<const T*>(p.v);
+  std::fill(most.begin(), most.end(), 0.0f);
+  std::fill(finite.begin(), finite.end(), 1);
+  for (std::int64_t c = c0; c < c1; ++c) {
+    const T* krow = k + KeyRowAt(p, t0, c, false);
+    const T* vrow = v + KeyRowAt(p, t0, c, true);
+    for (std::int64_t g = 0; g < hk; ++g) {
+      VF acc = hn::Zero(df);
+      auto ok = hn::FirstN(df, hn::Lanes(df));
+      for (std::int64_t x = 0; x < d; x += lanes) {
+        const VF kv = LoadWide(df, krow + g * d + x);
+        acc = hn::MulAdd(kv, kv, acc);
+        ok = hn::And(ok, hn::IsFinite(LoadWide(df, vrow + g * d + x)));
+      }
+      const float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+      auto& m = most[static_cast<std::size_t>(g)];
+      m = std::isnan(sum) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
+                                           : std::max(m, sum);
+      if (!hn::AllTrue(df, ok)) finite[static_cast<std::size_t>(g)] = 0;
+    }
+  }
+  for (std::int64_t g = 0; g < hk; ++g) {
+    const auto at = static_cast<std::size_t>((t0.bb * hk + g) * table.nkb + kb);
+    table.kmax[at] = std::sqrt(most[static_cast<std::size_t>(g)]);  // NaN stays NaN
+    table.v_finite[at] = finite[static_cast<std::size_t>(g)] != 0 ? 1 : 0;
+  }
+}
+
+bool FillBlockNorms(const AttentionParams& p, const AttentionBlocking& bl, bool parallel,
+                    BlockNormTable& table) {
+  const std::int64_t d = p.d, hk = p.hk;
+  const bool by_position = p.k_stride[3] == 1 && p.v_stride[3] == 1 && p.k_stride[1] == d &&
+                           p.v_stride[1] == d && p.k_stride[2] == hk * d && p.v_stride[2] == hk * d;
+  const bool dtype = p.kv_dtype == DType::kFloat32 || p.kv_dtype == DType::kBFloat16 ||
+                     p.kv_dtype == DType::kFloat16;
+  if (!bl.skip_flushed || p.bias != FusedBias::kAlibi || bl.hg != 1 || hk < 2 ||
+      p.key_mask != nullptr || !by_position || !dtype || d % AttnLanes(DF()) != 0) {
+    return false;
+  }
+  // The blocks to measure: (sequence, key block).
+  std::vector<std::int64_t> units;
+  std::vector<double> steep(static_cast<std::size_t>(hk));
+  const std::int64_t group = p.h / hk;
+  for (std::int64_t s = 0; s < p.b; ++s) {
+    const Sequence sq = sequence(p, s);
+    if (sq.i <= kDirectRows || sq.j == 0) continue;  // decode tasks do not test
+    for (std::int64_t g = 0; g < hk; ++g) {
+      float most = 0.0f;
+      for (std::int64_t x = g * group; x < (g + 1) * group; ++x) {
+        most = std::max(most, slope_of(p, s, x));
+      }
+      steep[static_cast<std::size_t>(g)] = most;
+    }
+    const std::int64_t q0 = sq.q_offset, q1 = sq.q_offset + sq.i - 1;
+    const std::int64_t begin = visible_keys(p, sq.j, q0).begin;
+    const std::int64_t end = visible_keys(p, sq.j, q1).end;
+    for (std::int64_t kb = std::max<std::int64_t>(begin, 0) / bl.bk; kb * bl.bk < end; ++kb) {
+      const std::int64_t c0 = kb * bl.bk, c1 = std::min(c0 + bl.bk, sq.j);
+      const auto dist = static_cast<double>(std::max<std::int64_t>({0, q0 - (c1 - 1), c0 - q1}));
+      std::int64_t far = 0;
+      for (const double sl : steep) far += sl * dist >= kFlushDistance ? 1 : 0;
+      if (4 * far >= 3 * hk) units.push_back(s * bl.nkb + kb);
+    }
+  }
+  if (units.empty()) return false;
+  table.nkb = bl.nkb;
+  table.kmax.assign(static_cast<std::size_t>(p.b * hk * bl.nkb), kNormUnknown);
+  table.v_finite.assign(table.kmax.size(), -1);
+  const auto n = static_cast<std::int64_t>(units.size());
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> most(static_cast<std::size_t>(hk));
+    std::vector<char> finite(static_cast<std::size_t>(hk));
+#pragma omp for schedule(dynamic, 4)
+    for (std::int64_t u = 0; u < n; ++u) {
+      const std::int64_t s = units[static_cast<std::size_t>(u)] / bl.nkb;
+      const std::int64_t kb = units[static_cast<std::size_t>(u)] % bl.nkb;
+      const AttentionTask t0 = DescribeTask(p, bl, s, 0, 1, 0);
+      const std::int64_t c0 = kb * bl.bk, c1 = std::min(c0 + bl.bk, t0.sq.j);
+      switch (p.kv_dtype) {
+        case DType::kBFloat16:
+          MeasureBlockNorms<bfloat16>(p, t0, c0, c1, kb, most, finite, table);
+          break;
+        case DType::kFloat16:
+          MeasureBlockNorms<float16>(p, t0, c0, c1, kb, most, finite, table);
+          break;
+        default:
+          MeasureBlockNorms<float>(p, t0, c0, c1, kb, most, finite, table);
+          break;
+      }
+    }
+  }
+  count_block_norms(n);
+  return true;
+}
+
 // The flushed-tile test of one key block [c0, c0 + keys) (the whole block
 // where the head's packing is shared, else up to the rows' largest limit),
 // before the block is packed: its largest key norm and its values'
@@ -297,6 +426,11 @@ class FlushedBlockTest {
         const HeadPackPlace place = HeadPackBlock(p, bl, kb, w);
         Packed(place.kt, bl.bkp, t.v_in_place ? nullptr : place.v, bl.dp);
       }
+    }
+    if (bl.norms != nullptr) {  // measured before the tasks (FillBlockNorms)
+      const auto at = static_cast<std::size_t>(t.head * bl.norms->nkb + kb);
+      if (kmax_ == kUnknown) kmax_ = bl.norms->kmax[at];
+      if (v_finite_ < 0) v_finite_ = bl.norms->v_finite[at];
     }
     // Each row's headroom, once for the block: a row's m moves only when
     // its own tile computes the block, after its tests.
@@ -340,7 +474,7 @@ class FlushedBlockTest {
     return v_finite_ == 1;
   }
 
-  static constexpr float kUnknown = -1.0f;
+  static constexpr float kUnknown = kNormUnknown;
 
  private:
   const AttentionParams& p_;

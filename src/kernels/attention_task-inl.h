@@ -33,6 +33,16 @@ constexpr std::int64_t kDirectRows = 4;
 // Types here are per instruction set but not file-local (HWY_NAMESPACE is
 // shared by every kernel file): names are unique across src/kernels so that
 // their inline members never collide (an ODR violation ASan caught in Debug).
+// The flushed tiles' largest key norm and value finiteness of a call's key
+// blocks, per (b * hk + kv head, key block), measured before the tasks
+// from whole key positions (FillBlockNorms, attention_skip-inl.h); -1
+// where a block was not measured.
+struct BlockNormTable {
+  std::int64_t nkb = 0;
+  std::vector<float> kmax;
+  std::vector<signed char> v_finite;
+};
+
 struct AttentionBlocking {
   std::int64_t bq, bk, bkp, splits, nqb, nkb, dp;
   // Query heads per task: 1, or on the decode path (i <= kDirectRows) the
@@ -43,6 +53,8 @@ struct AttentionBlocking {
   // Flushed tiles skip their blocks (attention_skip-inl.h); off with
   // POSBIAS_FLUSHED_TILES=0 in the environment, read at each call.
   bool skip_flushed = true;
+  // The blocks measured before the tasks, or null (FillBlockNorms).
+  const BlockNormTable* norms = nullptr;
 };
 
 // Most rows (query heads x query rows) of one decode task.
@@ -82,7 +94,7 @@ struct AttentionWork {
   // Per row: its distance-table entries from the block's first key (the
   // score tile's table bias; null where the row sees none of the block).
   std::vector<const float*> table_rows;
-  std::vector<std::int64_t> vis_begin, vis_end;  // per row: its visible keys of the sequence
+  std::vector<std::int64_t> vis_begin, vis_end;     // per row: its visible keys of the sequence
   std::int64_t vis_begin_max = 0, vis_end_min = 0;  // over the task's rows
   hwy::AlignedFreeUniquePtr<float[]> keep;  // key mask of the block (1 / 0), when there is one
   std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
@@ -180,7 +192,8 @@ HWY_INLINE std::int64_t KeyRowAt(const AttentionParams& p, const AttentionTask& 
       page = c / p.block_size;
       row = c % p.block_size;
     }
-    const std::int64_t blk = p.block_table[t.bb * p.block_table_stride[0] + page * p.block_table_stride[1]];
+    const std::int64_t blk =
+        p.block_table[t.bb * p.block_table_stride[0] + page * p.block_table_stride[1]];
     return blk * st[0] + t.kvh * st[1] + row * st[2];
   }
   return (values ? t.v_base : t.k_base) + c * st[2];

@@ -297,6 +297,85 @@ TEST(AttentionFlushedTiles, GroupedHeadsTestThePackedBlocks) {
   }
 }
 
+// Keys laid out by position (a paged or slab cache, a dense [b, len, hk, d]
+// view): the far blocks that most kv heads test are measured for every kv
+// head from whole positions before the tasks (FillBlockNorms, the
+// kernel's counter). Every block size, cache dtype and layout keeps every
+// bit; a NaN in one kv head's far value row stops only that kv head's skip;
+// keys laid out by head, one kv head, or no ALiBi measure nothing.
+TEST(AttentionFlushedTiles, WholePositionsMeasureTheFarBlocks) {
+  const std::int64_t h = 8, hk = 4, d = 32, cached = 700, i = 40;
+  // The steepest slope of each kv head (query heads 2g, 2g + 1): 2, 1, 0.5
+  // and 4: every block 82 keys or more from the queries is far for all.
+  const AttentionBias alibi =
+      AttentionBias::alibi({2.0f, 0.01f, 0.1f, 1.0f, 0.5f, 0.02f, 4.0f, 0.004f});
+  const Tensor q = test::random_tensor({1, i, h, d}, 60);
+  const Tensor seqlens = ints({1}, {cached});
+  const auto measured = [](const Forward& f) {
+    const std::int64_t before = detail::block_norms_measured();
+    (void)f();
+    return detail::block_norms_measured() - before;
+  };
+  const auto cache_call = [&](const Tensor& kc, const Tensor& vc, const Tensor& bt) -> Forward {
+    return [=] {
+      AttentionForwardResult r;
+      r.out = attention_kvcache_forward(q, kc, vc, seqlens, bt, alibi, AttentionOptions{});
+      return r;
+    };
+  };
+  for (const DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (const std::int64_t bs : {1, 16, 37, 0}) {  // 0: a slab cache, no block table
+      const std::int64_t blocks = bs == 0 ? 1 : (cached + bs - 1) / bs;
+      const std::int64_t rows = bs == 0 ? cached : bs;
+      const Tensor kc = test::random_tensor({blocks, rows, hk, d}, 61).to(dt);
+      const Tensor vc = test::random_tensor({blocks, rows, hk, d}, 62).to(dt);
+      std::vector<std::int64_t> table;
+      for (std::int64_t x = 0; x < blocks; ++x) table.push_back(blocks - 1 - x);
+      const Tensor bt = bs == 0 ? Tensor() : ints({1, blocks}, table);
+      const std::string what =
+          std::string(dtype_name(dt)) + (bs == 0 ? " slab" : " block " + std::to_string(bs));
+      ExpectSameBits(what, cache_call(kc, vc, bt), Skip::kMust);
+      EXPECT_GT(measured(cache_call(kc, vc, bt)), 0) << what;
+    }
+  }
+  // Kv head 1's value row of key 3 (far from every query) holds a NaN: the
+  // rows of its query heads (2 and 3) get it through 0 * NaN, the others
+  // skip the block and stay finite.
+  const std::int64_t bs = 16, blocks = (cached + bs - 1) / bs;
+  std::vector<std::int64_t> table;
+  for (std::int64_t x = 0; x < blocks; ++x) table.push_back(blocks - 1 - x);
+  const Tensor bt = ints({1, blocks}, table);
+  const Tensor kc = test::random_tensor({blocks, bs, hk, d}, 63);
+  std::vector<float> vv = test::random_tensor({blocks, bs, hk, d}, 64).to_float_vector();
+  vv[static_cast<std::size_t>(((table[0] * bs + 3) * hk + 1) * d + 5)] =
+      std::numeric_limits<float>::quiet_NaN();
+  const Tensor vc = Tensor::from_vector({blocks, bs, hk, d}, vv);
+  ExpectSameBits("NaN in kv head 1's far value row", cache_call(kc, vc, bt), Skip::kMust);
+  EXPECT_GT(measured(cache_call(kc, vc, bt)), 0);
+  const std::vector<float> out = cache_call(kc, vc, bt)().out.to_float_vector();  // [1, i, h, d]
+  for (std::int64_t hh = 0; hh < h; ++hh) {
+    const float x = out[static_cast<std::size_t>(((i - 1) * h + hh) * d + 5)];
+    EXPECT_EQ(std::isnan(x), hh / 2 == 1) << "head " << hh << ": " << x;
+  }
+  // Dense calls: keys [1, len, hk, d] seen as [1, hk, len, d] are measured;
+  // the same keys laid out by head are not (each kv head's rows are a
+  // stream already), nor are they without ALiBi or with one kv head.
+  const Tensor qd = test::random_tensor({1, h, i, d}, 65);
+  const Tensor kp = test::random_tensor({1, cached, hk, d}, 66);
+  const Tensor vp = test::random_tensor({1, cached, hk, d}, 67);
+  const Tensor k_view = kp.transpose(1, 2), v_view = vp.transpose(1, 2);
+  const Tensor k_heads = k_view.contiguous_copy(), v_heads = v_view.contiguous_copy();
+  AttentionOptions causal;
+  causal.causal = true;
+  ExpectSameBits("dense by position", Dense(qd, k_view, v_view, alibi, causal), Skip::kMust);
+  EXPECT_GT(measured(Dense(qd, k_view, v_view, alibi, causal)), 0);
+  EXPECT_EQ(measured(Dense(qd, k_heads, v_heads, alibi, causal)), 0);
+  EXPECT_EQ(measured(Dense(qd, k_view, v_view, AttentionBias::none(), causal)), 0);
+  const Tensor k1 = test::random_tensor({1, cached, 1, d}, 68).transpose(1, 2);
+  const Tensor v1 = test::random_tensor({1, cached, 1, d}, 69).transpose(1, 2);
+  EXPECT_EQ(measured(Dense(qd, k1, v1, alibi, causal)), 0);
+}
+
 // A soft-capped score is at most min(bound, cap): the skip holds (and a
 // key row with an infinity, whose norm bounds nothing, is never skipped:
 // 0 * inf in q . k is a NaN score). A distance table's largest value over a
