@@ -32,6 +32,7 @@
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +45,7 @@
 #include "kernels/attention_pack-inl.h"  // KeyRowAt, PackRow
 #include "kernels/attention_params.h"
 #include "kernels/attention_task-inl.h"
+#include "kernels/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posbias::detail {
@@ -277,23 +279,28 @@ HWY_INLINE bool TileFlushed(const AttentionWork& w, const double* need, std::int
   return true;
 }
 
-// Where a call's keys are laid out by position (a paged or slab cache, or
-// a dense [b, len, hk, d] view: the hk rows of a key position side by side,
-// hk * d elements), the test's reads of one kv head's rows (d elements of
-// every hk * d) leave the hardware's stream prefetchers nothing to follow,
-// where reading whole positions is a stream. On a Xeon (family 6 model
-// 167, two threads) the test's scans read 13.8-15.3 GB/s a kv head at a
-// time and 22.8 over whole positions, against 20.7-21.5 over a kv head's
-// rows laid one after another; the bench's paged append took 0.93x the time
-// with its blocks measured here (docs/performance-notes.md, forty-second
+// Where a call's keys are laid out by position (a paged or slab cache, a
+// packed batch, a dense [b, len, hk, d] view: the hk rows of a key position
+// side by side, hk * d elements), the test's reads of one kv head's rows (d
+// elements of every hk * d) leave the hardware's stream prefetchers nothing
+// to follow, where reading whole positions is a stream. On a Xeon (family
+// 6 model 167, two threads) the test's scans read 13.8-15.3 GB/s a kv head
+// at a time, 22.8 over whole positions, and 20.7-21.5 over a kv head's rows
+// laid one after another; with its blocks measured here the bench's paged
+// append took 0.93x the time (docs/performance-notes.md, forty-second
 // round). So, before the tasks, the key blocks that most kv heads will test
-// are measured for every kv head from whole positions: with ALiBi, a block
-// at least kFlushDistance / slope from every query of its sequence for
-// three quarters of the kv heads (each with its steepest slope; a block so
-// far gets its scores 41 below the diagonal's from the bias alone). The
-// tasks' tests (FlushedBlockTest) take them from the table; the rows of a
-// kv head that would not have tested the block are read for nothing, which
-// the quarter bounds. Returns whether any block was measured.
+// in place are measured for every kv head from whole positions: with
+// ALiBi, a block at least kFlushDistance / slope from every query of its
+// sequence for three quarters of the kv heads (each with its steepest
+// slope; the bias alone puts such a block's scores 41 below the
+// diagonal's, and no query computes it, so no packing holds its norms). A
+// prefill, whose queries span its keys, computes every block near some
+// query: nothing is measured. The tasks' tests (FlushedBlockTest) take the
+// table's entries. The price: a kv head that would not have tested a
+// measured block had its rows read for nothing (at most a quarter of
+// them), and where the bound fails after all (keys of large norm) the
+// block's values were read here and are read again to compute it. Returns
+// whether any block was measured.
 constexpr double kFlushDistance = 41.0;
 
 // A key norm not measured (norms are >= 0 or NaN).
@@ -304,14 +311,14 @@ constexpr float kNormUnknown = -1.0f;
 // whether its value rows are finite, into the table's entries of block kb.
 template <typename T>
 void MeasureBlockNorms(const AttentionParams& p, const AttentionTask& t0, std::int64_t c0,
-                       std::int64_t c1, std::int64_t kb, std::vector<float>& most,
-                       std::vector<char>& finite, BlockNormTable& table) {
+                       std::int64_t c1, std::int64_t kb, float* HWY_RESTRICT most,
+                       char* HWY_RESTRICT finite, BlockNormTable& table) {
   const DF df;
   const std::int64_t lanes = AttnLanes(df), d = p.d, hk = p.hk;
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
-  std::fill(most.begin(), most.end(), 0.0f);
-  std::fill(finite.begin(), finite.end(), 1);
+  std::fill(most, most + hk, 0.0f);
+  std::fill(finite, finite + hk, 1);
   for (std::int64_t c = c0; c < c1; ++c) {
     const T* krow = k + KeyRowAt(p, t0, c, false);
     const T* vrow = v + KeyRowAt(p, t0, c, true);
@@ -324,16 +331,16 @@ void MeasureBlockNorms(const AttentionParams& p, const AttentionTask& t0, std::i
         ok = hn::And(ok, hn::IsFinite(LoadWide(df, vrow + g * d + x)));
       }
       const float sum = hn::GetLane(hn::SumOfLanes(df, acc));
-      auto& m = most[static_cast<std::size_t>(g)];
+      float& m = most[g];
       m = std::isnan(sum) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
                                            : std::max(m, sum);
-      if (!hn::AllTrue(df, ok)) finite[static_cast<std::size_t>(g)] = 0;
+      if (!hn::AllTrue(df, ok)) finite[g] = 0;
     }
   }
   for (std::int64_t g = 0; g < hk; ++g) {
     const auto at = static_cast<std::size_t>((t0.bb * hk + g) * table.nkb + kb);
-    table.kmax[at] = std::sqrt(most[static_cast<std::size_t>(g)]);  // NaN stays NaN
-    table.v_finite[at] = finite[static_cast<std::size_t>(g)] != 0 ? 1 : 0;
+    table.kmax[at] = std::sqrt(most[g]);  // NaN stays NaN
+    table.v_finite[at] = finite[g] != 0 ? 1 : 0;
   }
 }
 
@@ -348,9 +355,13 @@ bool FillBlockNorms(const AttentionParams& p, const AttentionBlocking& bl, bool 
       p.key_mask != nullptr || !by_position || !dtype || d % AttnLanes(DF()) != 0) {
     return false;
   }
-  // The blocks to measure: (sequence, key block).
+  // The blocks to measure: s * nkb + kb for key block kb of sequence s.
+  const char* what = "the flushed tiles' table of measured key blocks";
   std::vector<std::int64_t> units;
-  std::vector<double> steep(static_cast<std::size_t>(hk));
+  std::vector<double> steep;
+  resize_scratch(units, p.b * bl.nkb, what, std::int64_t{0});
+  resize_scratch(steep, hk, what, 0.0);
+  std::int64_t n = 0;
   const std::int64_t group = p.h / hk;
   for (std::int64_t s = 0; s < p.b; ++s) {
     const Sequence sq = sequence(p, s);
@@ -370,35 +381,39 @@ bool FillBlockNorms(const AttentionParams& p, const AttentionBlocking& bl, bool 
       const auto dist = static_cast<double>(std::max<std::int64_t>({0, q0 - (c1 - 1), c0 - q1}));
       std::int64_t far = 0;
       for (const double sl : steep) far += sl * dist >= kFlushDistance ? 1 : 0;
-      if (4 * far >= 3 * hk) units.push_back(s * bl.nkb + kb);
+      if (4 * far >= 3 * hk) units[static_cast<std::size_t>(n++)] = s * bl.nkb + kb;
     }
   }
-  if (units.empty()) return false;
+  if (n == 0) return false;
   table.nkb = bl.nkb;
-  table.kmax.assign(static_cast<std::size_t>(p.b * hk * bl.nkb), kNormUnknown);
-  table.v_finite.assign(table.kmax.size(), -1);
-  const auto n = static_cast<std::int64_t>(units.size());
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> most(static_cast<std::size_t>(hk));
-    std::vector<char> finite(static_cast<std::size_t>(hk));
-#pragma omp for schedule(dynamic, 4)
-    for (std::int64_t u = 0; u < n; ++u) {
-      const std::int64_t s = units[static_cast<std::size_t>(u)] / bl.nkb;
-      const std::int64_t kb = units[static_cast<std::size_t>(u)] % bl.nkb;
-      const AttentionTask t0 = DescribeTask(p, bl, s, 0, 1, 0);
-      const std::int64_t c0 = kb * bl.bk, c1 = std::min(c0 + bl.bk, t0.sq.j);
-      switch (p.kv_dtype) {
-        case DType::kBFloat16:
-          MeasureBlockNorms<bfloat16>(p, t0, c0, c1, kb, most, finite, table);
-          break;
-        case DType::kFloat16:
-          MeasureBlockNorms<float16>(p, t0, c0, c1, kb, most, finite, table);
-          break;
-        default:
-          MeasureBlockNorms<float>(p, t0, c0, c1, kb, most, finite, table);
-          break;
-      }
+  resize_scratch(table.kmax, p.b * hk * bl.nkb, what, kNormUnknown);
+  resize_scratch(table.v_finite, p.b * hk * bl.nkb, what, static_cast<signed char>(-1));
+  // Each thread's running maxima and finiteness, one per kv head (made
+  // here: an allocation must not fail inside the parallel region).
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<float> most;
+  std::vector<char> finite;
+  resize_scratch(most, threads * hk, what, 0.0f);
+  resize_scratch(finite, threads * hk, what, static_cast<char>(1));
+#pragma omp parallel for schedule(dynamic, 4) if (parallel)
+  for (std::int64_t u = 0; u < n; ++u) {
+    const std::int64_t s = units[static_cast<std::size_t>(u)] / bl.nkb;
+    const std::int64_t kb = units[static_cast<std::size_t>(u)] % bl.nkb;
+    const AttentionTask t0 = DescribeTask(p, bl, s, 0, 1, 0);
+    const std::int64_t c0 = kb * bl.bk, c1 = std::min(c0 + bl.bk, t0.sq.j);
+    const std::size_t mine = static_cast<std::size_t>(omp_get_thread_num() * hk);
+    float* m = most.data() + mine;
+    char* f = finite.data() + mine;
+    switch (p.kv_dtype) {
+      case DType::kBFloat16:
+        MeasureBlockNorms<bfloat16>(p, t0, c0, c1, kb, m, f, table);
+        break;
+      case DType::kFloat16:
+        MeasureBlockNorms<float16>(p, t0, c0, c1, kb, m, f, table);
+        break;
+      default:
+        MeasureBlockNorms<float>(p, t0, c0, c1, kb, m, f, table);
+        break;
     }
   }
   count_block_norms(n);

@@ -357,6 +357,24 @@ TEST(AttentionFlushedTiles, WholePositionsMeasureTheFarBlocks) {
     const float x = out[static_cast<std::size_t>(((i - 1) * h + hh) * d + 5)];
     EXPECT_EQ(std::isnan(x), hh / 2 == 1) << "head " << hh << ": " << x;
   }
+  // A packed batch (FlashAttention's varlen layout [total, hk, d]: by
+  // position too) of two sequences of 400 and 500 keys, each with its last
+  // 40 positions as queries. (A prefill, whose queries span its keys,
+  // computes each block near some query and takes its norms from the
+  // packing: nothing to measure.)
+  const Tensor qv = test::random_tensor({80, h, d}, 70);
+  const Tensor kv = test::random_tensor({900, hk, d}, 71);
+  const Tensor vv2 = test::random_tensor({900, hk, d}, 72);
+  const Tensor cu_q = ints({3}, {0, 40, 80}), cu_k = ints({3}, {0, 400, 900});
+  AttentionOptions varlen_causal;
+  varlen_causal.causal = true;
+  const Forward varlen = [=] {
+    AttentionForwardResult r;
+    r.out = attention_varlen_forward(qv, kv, vv2, cu_q, cu_k, alibi, varlen_causal);
+    return r;
+  };
+  ExpectSameBits("varlen", varlen, Skip::kMust);
+  EXPECT_GT(measured(varlen), 0);
   // Dense calls: keys [1, len, hk, d] seen as [1, hk, len, d] are measured;
   // the same keys laid out by head are not (each kv head's rows are a
   // stream already), nor are they without ALiBi or with one kv head.
