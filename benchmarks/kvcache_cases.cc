@@ -60,6 +60,12 @@ PagedCache paged_cache(const std::vector<std::int64_t>& lengths) {
   return c;
 }
 
+// The cache row (block * kBlock + row in it) of sequence s's position pos.
+std::int64_t cache_row(const PagedCache& c, std::int64_t s, std::int64_t pos) {
+  const std::int32_t* table = c.block_table.data<std::int32_t>() + s * c.max_blocks;
+  return table[pos / kBlock] * kBlock + pos % kBlock;
+}
+
 // Sequence s's keys (or values) gathered from the paged cache into a
 // contiguous dense [1, kKvHeads, len, kDim] tensor: the same bytes as a
 // dense call's cache.
@@ -68,9 +74,8 @@ Tensor contiguous_copy_of(const PagedCache& c, const Tensor& cache, std::int64_t
   Tensor dense = Tensor::empty({1, kKvHeads, len, kDim}, DType::kFloat32);
   const float* src = cache.data<float>();
   float* dst = dense.mutable_data<float>();
-  const std::int32_t* table = c.block_table.data<std::int32_t>() + s * c.max_blocks;
   for (std::int64_t pos = 0; pos < len; ++pos) {
-    const std::int64_t row = table[pos / kBlock] * kBlock + pos % kBlock;
+    const std::int64_t row = cache_row(c, s, pos);
     for (std::int64_t hh = 0; hh < kKvHeads; ++hh) {
       std::memcpy(dst + (hh * len + pos) * kDim, src + (row * kKvHeads + hh) * kDim,
                   kDim * sizeof(float));
@@ -92,10 +97,8 @@ Tensor slab_copy_of(const PagedCache& c, const Tensor& cache) {
   float* dst = slab.mutable_data<float>();
   const std::int64_t row = kKvHeads * kDim;
   for (std::int64_t s = 0; s < b; ++s) {
-    const std::int32_t* table = c.block_table.data<std::int32_t>() + s * c.max_blocks;
     for (std::int64_t pos = 0; pos < c.lengths[static_cast<std::size_t>(s)]; ++pos) {
-      std::memcpy(dst + (s * max_len + pos) * row,
-                  src + (table[pos / kBlock] * kBlock + pos % kBlock) * row,
+      std::memcpy(dst + (s * max_len + pos) * row, src + cache_row(c, s, pos) * row,
                   static_cast<std::size_t>(row) * sizeof(float));
     }
   }
@@ -117,7 +120,7 @@ struct KvCacheRun {
   PagedCache cache;
   Tensor q;
   std::vector<Tensor> k_dense, v_dense;
-  Tensor k_slab, v_slab, no_table;
+  Tensor k_slab, v_slab;
   AttentionBias alibi = AttentionBias::alibi(alibi_slopes(kHeads));
 
   // dense: make the contiguous copies too (the bench's baseline; a run of
@@ -146,8 +149,9 @@ struct KvCacheRun {
   // The same call on the slab cache: the paged call's row layout without
   // its pages.
   void slab() const {
-    Tensor out = attention_kvcache_forward(q, k_slab, v_slab, cache.cache_seqlens, no_table, alibi,
-                                           causal_options());
+    Tensor out = attention_kvcache_forward(q, k_slab, v_slab, cache.cache_seqlens,
+                                           Tensor(),  // no block table
+                                           alibi, causal_options());
   }
   void contiguous() const {
     for (std::size_t s = 0; s < k_dense.size(); ++s) {
