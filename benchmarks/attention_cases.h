@@ -103,7 +103,8 @@ void option_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
 // and backward.
 void varlen_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
-// Issue 17's paged KV caches (kvcache_cases.cc): decode and chunked append.
+// Issue 17's paged KV caches (kvcache_cases.cc): decode, chunked append
+// and a chunk of a chunked prefill.
 void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
 // The paged decode case's call on its own (for posbias-attention-loop):

@@ -1,8 +1,7 @@
 // The paged KV-cache cases of the attention suite (issue 17,
-// attention_cases.h): decode and chunked append against a paged cache
-// (block_table), each interleaved call by call with the same sequences as
-// dense calls on contiguous caches, and the decode with a read of the
-// cache's bytes.
+// attention_cases.h): decode, chunked append and a chunk of a chunked
+// prefill against a paged cache (block_table), each interleaved call by call with the same
+// sequences as dense calls on contiguous caches, and the decode with a read of the cache's bytes.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -225,7 +224,7 @@ void paged_decode_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   out.push_back(r);
 }
 
-// The paged append case's inputs: 4 sequences of `cached` keys to which
+// A chunk case's inputs (paged append, paged prefill): 4 sequences of `cached` keys to which
 // kvcache_append (append()) writes i new keys and values each, the dense
 // copies made after it.
 struct AppendRun {
@@ -247,12 +246,14 @@ struct AppendRun {
   }
 };
 
-// paged_append_alibi_b4_i128_h32_hk8_d128_block16: 4 sequences of 8192
-// cached keys, each appending 128 (its keys and values written by
-// kvcache_append, timed on its own as append_ms) and attending with them.
-void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
-  const std::int64_t cached = o.quick ? 1024 : kAppendCached, i = o.quick ? 16 : kAppendNew;
-  const std::string name = "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16";
+// A chunk appended to a paged cache: 4 sequences of `cached` keys, each
+// appending i (their keys and values written by kvcache_append, timed on
+// its own as append_ms) and attending with them, against the same calls on
+// contiguous copies and on a slab. `what`: the case's first words in its
+// note.
+void paged_chunk_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out,
+                      const std::string& name, std::int64_t cached, std::int64_t i,
+                      const std::string& what) {
   if (!o.wants(name)) return;
   AppendRun ar(cached, i);
   const KvCacheRun& run = ar.run;
@@ -269,7 +270,8 @@ void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   r.baselines["slab"] = median(t[4]);
   r.extra["fraction_of_slab"] = r.baselines["slab"] / r.median_ms;
   set_gflops(r, run.flops());
-  r.note = "4 sequences of " + std::to_string(cached) + " cached keys, " + std::to_string(i) +
+  r.note = what + ": 4 sequences of " + std::to_string(cached) + " cached keys, " +
+           std::to_string(i) +
            " new queries each (their last positions), causal; contiguous = one dense call per "
            "sequence with q_offset " +
            std::to_string(cached) +
@@ -281,11 +283,33 @@ void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResu
   out.push_back(r);
 }
 
+// paged_append_alibi_b4_i128_h32_hk8_d128_block16 (issue 17): 4 sequences
+// of 8192 cached keys, each appending 128 queries (a speculative
+// verification or a short chunk: every query sees every cached key).
+void paged_append_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+  const std::int64_t cached = o.quick ? 1024 : kAppendCached, i = o.quick ? 16 : kAppendNew;
+  paged_chunk_case(o, fma, out,
+                   "paged_append_alibi_b4_i" + std::to_string(i) + "_h32_hk8_d128_block16", cached,
+                   i, "chunked append");
+}
+
+// paged_prefill_alibi_b4_c512_i512_h32_hk8_d128_block16: the second chunk
+// of a chunked prefill (vLLM's, 512 tokens a chunk), whose queries span
+// their own keys: the causal diagonal runs through the new keys' pages.
+// Its target is the paged append's.
+void paged_prefill_case(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
+  const std::int64_t chunk = o.quick ? 64 : 512;
+  const std::string c = std::to_string(chunk);
+  paged_chunk_case(o, fma, out, "paged_prefill_alibi_b4_c" + c + "_i" + c + "_h32_hk8_d128_block16",
+                   chunk, chunk, "the second chunk of a chunked prefill");
+}
+
 }  // namespace
 
 void kvcache_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out) {
   paged_decode_case(o, fma, out);
   paged_append_case(o, fma, out);
+  paged_prefill_case(o, fma, out);
 }
 
 std::function<void()> paged_decode_call(std::size_t& kv_bytes, std::string& what) {

@@ -107,6 +107,9 @@ TEST(Cli, BenchQuickSuitesPrintEveryCaseWithItsBaselines) {
         {"paged_append_alibi_b4_i16_h32_hk8_d128_block16",
          {"contiguous", "slab"},
          {"fraction_of_contiguous", "fraction_of_slab", "append_ms"}},
+        {"paged_prefill_alibi_b4_c64_i64_h32_hk8_d128_block16",
+         {"contiguous", "slab", "fma_peak_gflops"},
+         {"fraction_of_contiguous", "fraction_of_slab", "append_ms", "gflops"}},
         {"memory_h16_n2048_d64", {}, {"peak_bytes", "io_bytes"}}}},
   };
   for (const BenchSuiteCases& suite : suites) {
