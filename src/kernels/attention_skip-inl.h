@@ -4,19 +4,11 @@
 // block is that far below its running maximum m gets nothing from the
 // block: m stays, l adds 0, O adds 0 * V. Such a tile of rows skips the
 // block's score and P V products, with the same bits as computing them,
-// when a bound proves it before any product:
-//
-//   s = q . k + bias <= |q| max_k |k| + max over the row's visible keys of
-//   the bias
-//
-// (Cauchy-Schwarz on the scaled q row and the block's largest key norm;
-// ALiBi's -slope |key - anchor| at the row's nearest visible key), with
-// margins for every rounding on the way to s - m (the dot product's, the
-// norms', the bias's FMA, the subtraction: together far below the 1e-3
-// relative and the 1 absolute used) and one unit of the threshold (-41,
-// not -40). The bound needs no trust in the data: a NaN or infinite q, k
-// or m fails it (no skip), and a block whose V holds a NaN or infinity
-// (0 * inf is NaN, which the products would spread) is never skipped.
+// when a bound proves it before any product (attention_flush_bound-inl.h:
+// |q| max_k |k| plus the row's largest bias, with margins for every
+// rounding on the way to s - m; a NaN or infinite q, k or m fails it). A
+// block whose V holds a NaN or infinity (0 * inf is NaN, which the
+// products would spread) is never skipped.
 //
 // For ALiBi the far blocks of the steep heads are where this holds: a head
 // of slope 1/2 has its scores at 100 keys' distance 50 below the diagonal's.
@@ -41,6 +33,7 @@
 #include <limits>
 
 #include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_flush_bound-inl.h"
 #include "kernels/attention_fused.h"     // count_block_norms
 #include "kernels/attention_pack-inl.h"  // KeyRowAt, PackRow
 #include "kernels/attention_params.h"
@@ -95,20 +88,6 @@ HWY_INLINE bool SkipsFlushedTiles(const AttentionParams& p, const AttentionBlock
                                   const AttentionTask& t) {
   if (!bl.skip_flushed || t.direct || t.nh != 1) return false;
   return p.bias == FusedBias::kNone || p.bias == FusedBias::kAlibi;
-}
-
-// |x| of a float32 row of n elements; NaN if any element is NaN.
-HWY_INLINE float RowNorm(DF df, const float* HWY_RESTRICT x, std::int64_t n) {
-  const std::int64_t lanes = AttnLanes(df);
-  VF acc = hn::Zero(df);
-  std::int64_t c = 0;
-  for (; c + lanes <= n; c += lanes) {
-    const VF v = hn::LoadU(df, x + c);
-    acc = hn::MulAdd(v, v, acc);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
-  for (; c < n; ++c) sum += x[c] * x[c];
-  return std::sqrt(sum);
 }
 
 // The row of key (or value) c0 + c + 24 into the caches, when it is in the
@@ -220,50 +199,27 @@ HWY_INLINE float PackedKeysMaxNorm(DF df, const float* HWY_RESTRICT kt, std::int
   return std::sqrt(hn::GetLane(hn::MaxOfLanes(df, most)));
 }
 
-// Whether the packed V rows [0, keys) (dp floats each, zeros past d and in
-// masked rows) are finite.
-HWY_INLINE bool PackedValuesFinite(DF df, const float* HWY_RESTRICT vp, std::int64_t keys,
-                                   std::int64_t dp) {
-  const std::int64_t lanes = AttnLanes(df);
-  auto finite = hn::FirstN(df, hn::Lanes(df));
-  for (std::int64_t x = 0; x < keys * dp; x += lanes) {
-    finite = hn::And(finite, hn::IsFinite(hn::Load(df, vp + x)));
-  }
-  return hn::AllTrue(df, finite);
-}
-
-// Row x's headroom over the block: how far below its running maximum m,
-// less the threshold, the rows' bias and the margins, its largest q . k
-// may reach for every p to be 0 (the bound above). ALiBi's -slope |c - off|
-// is largest at the row's nearest visible key (slope >= 0) or, for a
-// negative slope, at the farthest; w.alibi_off holds the rows' anchors less
-// the block's first key. NaN for a NaN m, -inf for m = -inf: no dot
-// product is below either.
+// Row x's headroom over the block (FlushHeadroom) from its running maximum
+// m and its largest bias: ALiBi's at the row's nearest (or, for a negative
+// slope, farthest) visible key, w.alibi_off holding the rows' anchors less
+// the block's first key.
 HWY_INLINE double RowHeadroom(const AttentionTask& t, const AttentionWork& w, std::int64_t x,
                               bool alibi) {
   const auto i = static_cast<std::size_t>(x);
-  const double m = w.m[x];
-  double bias = 0.0;
-  if (alibi) {
-    const double off = w.alibi_off[x];
-    const double lo = static_cast<double>(w.first[i]), hi = static_cast<double>(w.lim[i] - 1);
-    const double ns = t.neg_slope;
-    const double dist = ns <= 0.0 ? std::max({lo - off, off - hi, 0.0})
-                                  : std::max(std::abs(lo - off), std::abs(hi - off));
-    bias = ns * dist;
-  }
-  return m - 40.0 - (bias + 1e-4 * (std::abs(bias) + std::abs(m)) + 1.0);
+  const double bias =
+      alibi ? AlibiBiasMax(t.neg_slope, static_cast<double>(w.first[i]),
+                           static_cast<double>(w.lim[i] - 1), static_cast<double>(w.alibi_off[x]))
+            : 0.0;
+  return FlushHeadroom(w.m[x], bias);
 }
 
 // Whether every row of [rr, rr + rows) that sees any key of the block
-// scores each of them more than 41 below its running maximum (the bound
-// above): q . k <= |q| kmax (1 + 1e-3) within the row's headroom (need,
-// RowHeadroom) with 1e-4 of it to spare, kmax the block's largest key
-// norm, w.qnorm the rows' scaled q norms; with a soft-cap (> 0) the capped
-// q . k, cap tanh(q . k / cap), is at most min(bound, cap) (and a
-// non-finite bound is no bound: 0 inf is a NaN score). `seen`: whether any
-// row sees a key of the block (a tile of rows that see none, above a
-// causal diagonal or outside a window, has nothing to compute either).
+// scores each of them more than 41 below its running maximum: its q . k
+// bound within its headroom (need, RowHeadroom; DotWithinHeadroom), kmax
+// the block's largest key norm, w.qnorm the rows' scaled q norms. `seen`:
+// whether any row sees a key of the block (a tile of rows that see none,
+// above a causal diagonal or outside a window, has nothing to compute
+// either).
 HWY_INLINE bool TileFlushed(const AttentionWork& w, const double* need, std::int64_t rr,
                             std::int64_t rows, float kmax, float softcap, bool& seen) {
   seen = false;
@@ -271,10 +227,7 @@ HWY_INLINE bool TileFlushed(const AttentionWork& w, const double* need, std::int
     const auto i = static_cast<std::size_t>(x);
     if (w.lim[i] <= w.first[i]) continue;  // sees none of the block
     seen = true;
-    double dot = static_cast<double>(w.qnorm[i]) * static_cast<double>(kmax) * (1.0 + 1e-3);
-    if (!std::isfinite(dot)) return false;
-    if (softcap > 0.0f) dot = std::min(dot, static_cast<double>(softcap));
-    if (!(dot * (1.0 + 1e-4) < need[x])) return false;  // also for a NaN or -inf headroom
+    if (!DotWithinHeadroom(w.qnorm[i], kmax, softcap, need[x])) return false;
   }
   return true;
 }

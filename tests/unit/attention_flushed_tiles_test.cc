@@ -59,28 +59,12 @@ Run RunWith(const Forward& f, bool skip) {
 
 enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
 
-// The best instruction set of each vector width that Highway compiled and
-// this CPU has (AVX-512, AVX2, 128-bit): their tiles and softmax paths
-// differ; the same width's targets share them.
-std::vector<std::int64_t> TargetsByWidth() {
-  std::vector<std::int64_t> out;
-  std::vector<std::string> widths;
-  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    const std::string name = hwy::TargetName(target);
-    const std::string width = name.rfind("AVX3", 0) == 0 ? "512" : name == "AVX2" ? "256" : "128";
-    if (std::find(widths.begin(), widths.end(), width) != widths.end()) continue;
-    widths.push_back(width);
-    out.push_back(target);
-  }
-  return out;
-}
-
 // The call with and without the skip, on each of TargetsByWidth(): the
 // same bits; `skip` says whether the call must skip some block, must not,
 // or may.
 void ExpectSameBits(const std::string& what, const Forward& f, Skip skip) {
   SCOPED_TRACE(what);
-  for (const std::int64_t target : TargetsByWidth()) {
+  for (const std::int64_t target : test::TargetsByWidth()) {
     SCOPED_TRACE(hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
     const Run on = RunWith(f, true);

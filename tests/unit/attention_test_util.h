@@ -4,7 +4,9 @@
 #define POSBIAS_TESTS_UNIT_ATTENTION_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,7 +22,24 @@ using Shape = std::vector<std::int64_t>;
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 
-inline Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+// The best instruction set of each vector width that Highway compiled and
+// this CPU has (AVX-512, AVX2, 128-bit): their tiles and softmax paths
+// differ; the same width's targets share them.
+inline std::vector<std::int64_t> TargetsByWidth() {
+  std::vector<std::int64_t> out;
+  std::vector<std::string> widths;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    const std::string name = hwy::TargetName(target);
+    const std::string width = name.rfind("AVX3", 0) == 0 ? "512" : name == "AVX2" ? "256" : "128";
+    if (std::find(widths.begin(), widths.end(), width) != widths.end()) continue;
+    widths.push_back(width);
+    out.push_back(target);
+  }
+  return out;
+}
+
+inline Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f,
+                            float hi = 1.0f) {
   std::int64_t n = 1;
   for (std::int64_t e : shape) n *= e;
   std::mt19937 gen(seed);
@@ -37,7 +56,7 @@ inline Tensor random_bhld_strided(const Shape& shape, std::uint32_t seed) {
 
 // |got - want| <= atol + rtol |want|, NaN only where want is NaN.
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
-                  const std::string& what, double atol, double rtol) {
+                         const std::string& what, double atol, double rtol) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t k = 0; k < got.size(); ++k) {
     const double a = got[k];
