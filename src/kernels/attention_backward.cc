@@ -39,6 +39,19 @@
 // sequences in order: the result does not depend on the thread count.
 // Tasks are scheduled longest first (a packed batch's long sequences do not
 // end up last on one thread).
+//
+// Flushed blocks: P = exp(s - lse) is exactly 0 where s - lse < -40
+// (ExpFlushed), and a (query block, key block) whose every P is 0 adds
+// nothing but zeros of either sign: dS = P (dP - D) = +-0 where dP and D
+// are finite, so dV += P^T dO, dK += dS^T Q, dQ += dS K and the slope
+// gradient add +-0, which leaves every sum as it was (none is -0: each
+// starts at +0). With ALiBi (or no bias), as the forward's flushed tiles,
+// such a block is skipped when the bound of attention_flush_bound-inl.h
+// proves it before any product, from the packed rows' norms (q scaled, K)
+// and the rows' lse, and when every value it would have read is finite:
+// the block's V rows, and the rows' dO and D (a NaN there would reach
+// dQ, dK and dV through 0 * NaN). The same bits either way
+// (POSBIAS_FLUSHED_TILES=0 turns it off; the tests compare).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_backward.cc"
@@ -55,13 +68,18 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_exp-inl.h"
+#include "kernels/attention_flush_bound-inl.h"
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
 
@@ -82,6 +100,7 @@ struct AttentionBwdShared {
   float* dvf = nullptr;
   float* dtab = nullptr;    // [b h, tlen + 2 tpad] reversed diagonal sums, or null
   float* dslope = nullptr;  // [b h], or null
+  bool skip = false;        // flushed blocks may be skipped (see the top of this file)
 };
 
 // Per-thread buffers (64-byte aligned). Names in this file are unique
@@ -89,6 +108,9 @@ struct AttentionBwdShared {
 struct AttentionBwdWork {
   hwy::AlignedFreeUniquePtr<float[]> q, dout, k, kt, vt, dq, dk, dv, delta, lse, s, ds, tg, keep,
       row, tmp;
+  // With sh.skip: per query row |q| (scaled) and whether its dO and D are
+  // finite (1 / 0); per key |k| and whether its V row is finite.
+  hwy::AlignedFreeUniquePtr<float[]> qnorm, row_ok, knorm, v_ok;
   AttentionBwdWork(const AttentionBwdShared& sh, std::int64_t d)
       : q(Alloc(sh.imax * sh.dp)),
         dout(Alloc(sh.imax * sh.dp)),
@@ -105,7 +127,11 @@ struct AttentionBwdWork {
         tg(Alloc(sh.bq * sh.bkp)),
         keep(Alloc(sh.jp)),
         row(Alloc(sh.dp)),
-        tmp(Alloc(64)) {}
+        tmp(Alloc(64)),
+        qnorm(Alloc(sh.skip ? sh.imax : 0)),
+        row_ok(Alloc(sh.skip ? sh.imax : 0)),
+        knorm(Alloc(sh.skip ? sh.jp : 0)),
+        v_ok(Alloc(sh.skip ? sh.jp : 0)) {}
   static hwy::AlignedFreeUniquePtr<float[]> Alloc(std::int64_t count) {
     return allocate_scratch<float>(count, "the attention backward's per-thread buffers");
   }
@@ -163,6 +189,10 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     for (std::int64_t x = 0; x < d; ++x) delta += gr[x] * w.row[static_cast<std::size_t>(x)];
     for (std::int64_t x = d; x < dp; ++x) qr[x] = gr[x] = 0.0f;
     w.delta[static_cast<std::size_t>(r)] = delta;
+    if (sh.skip) {
+      w.qnorm[r] = RowNorm(DF(), qr, dp);
+      w.row_ok[r] = std::isfinite(delta) && PackedValuesFinite(DF(), gr, 1, dp) ? 1.0f : 0.0f;
+    }
     const std::int64_t* ls = p.saved_lse_stride;
     w.lse[static_cast<std::size_t>(r)] = p.saved_lse[s * ls[0] + hh * ls[1] + row * ls[2]];
   }
@@ -184,6 +214,10 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     if (hd.keep != nullptr && hd.keep[c] == 0.0f) {
       std::fill(kr, kr + dp, 0.0f);
       for (std::int64_t x = 0; x < d; ++x) kt[x * jp + c] = vt[x * jp + c] = 0.0f;
+      if (sh.skip) {
+        w.knorm[c] = 0.0f;
+        w.v_ok[c] = 1.0f;
+      }
       continue;
     }
     const std::int64_t tok = sq.k_row0 + c;
@@ -192,6 +226,11 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     for (std::int64_t x = 0; x < d; ++x) kt[x * jp + c] = kr[x];
     PackRow(p.v, p.kv_dtype, v_base + tok * p.v_stride[2], p.v_stride[3], d, 1.0f, w.row.get());
     for (std::int64_t x = 0; x < d; ++x) vt[x * jp + c] = w.row[static_cast<std::size_t>(x)];
+    if (sh.skip) {
+      w.knorm[c] = RowNorm(DF(), kr, dp);
+      std::fill(w.row.get() + d, w.row.get() + dp, 0.0f);
+      w.v_ok[c] = PackedValuesFinite(DF(), w.row.get(), 1, dp) ? 1.0f : 0.0f;
+    }
   }
   std::fill(w.k.get() + sq.j * dp, w.k.get() + jend * dp, 0.0f);
   for (std::int64_t x = 0; x < d; ++x) {
@@ -330,6 +369,34 @@ void BwdBlock(DF df, const AttentionParams& p, const AttentionBwdShared& sh, Att
              w.dq.get() + r0 * dp, dp);
 }
 
+// Whether query rows [r0, r0 + br) get P = 0 from every key of [c0, c0 +
+// bc) that they see (the bound at the top of this file), with kmax the
+// block's largest key norm (NaN if any is NaN) and its V rows finite; rows
+// that see none of the block, or no key at all (lse = -inf), add nothing
+// either way. `seen`: whether any row sees a key of the block.
+bool BwdBlockFlushed(const AttentionParams& p, const AttentionBwdHead& hd,
+                     const AttentionBwdWork& w, std::int64_t r0, std::int64_t br, std::int64_t c0,
+                     std::int64_t bc, float kmax, bool& seen) {
+  seen = false;
+  for (std::int64_t qr = r0; qr < r0 + br; ++qr) {
+    const std::int64_t qpos = hd.seq.q_offset + qr;
+    const float lse = w.lse[qr];
+    const KeyRange vr = visible_keys(p, hd.seq.j, qpos);
+    const std::int64_t b0 = std::clamp<std::int64_t>(vr.begin - c0, 0, bc);
+    const std::int64_t e0 = std::clamp<std::int64_t>(vr.end - c0, 0, bc);
+    if (lse == kAttnNegInf || e0 <= b0) continue;  // as BwdBlock: nothing from this block
+    seen = true;
+    if (w.row_ok[qr] == 0.0f) return false;
+    const double bias =
+        p.bias == FusedBias::kAlibi
+            ? AlibiBiasMax(hd.neg_slope, static_cast<double>(c0 + b0),
+                           static_cast<double>(c0 + e0 - 1), static_cast<double>(qpos))
+            : 0.0;
+    if (!DotWithinHeadroom(w.qnorm[qr], kmax, p.softcap, FlushHeadroom(lse, bias))) return false;
+  }
+  return true;
+}
+
 // The first row in [0, i) whose position satisfies pred (pred is monotone:
 // false, then true); i when none does.
 template <typename Pred>
@@ -364,6 +431,7 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
   hd.dv = sh.group == 1 ? w.dv.get() : sh.dvf + (hh * sh.tk + hd.tok0) * sh.dp;
   if (sh.dtab != nullptr) hd.rgrad = sh.dtab + (s * p.h + hh) * (sh.tlen + 2 * sh.tpad) + sh.tpad;
   PackBwdTask(p, sh, hd, w);
+  std::int64_t skipped = 0;  // (query block, key block) pairs skipped, flushed
   auto range = [&](std::int64_t r) { return visible_keys(p, sq.j, sq.q_offset + r); };
   for (std::int64_t c0 = 0; c0 < sq.j && sq.i > 0; c0 += sh.bk) {
     const std::int64_t bc = std::min(sh.bk, sq.j - c0);
@@ -377,10 +445,25 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
         FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).end > c0; });
     const std::int64_t r_hi =
         FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).begin >= c0 + bc; });
+    // The block's largest key norm and whether its values are finite.
+    float kmax = 0.0f;
+    bool values_finite = sh.skip;
+    for (std::int64_t c = c0; sh.skip && c < c0 + bc; ++c) {
+      kmax = std::isnan(w.knorm[c]) || std::isnan(kmax) ? w.knorm[c] + kmax
+                                                        : std::max(kmax, w.knorm[c]);
+      values_finite = values_finite && w.v_ok[c] != 0.0f;
+    }
     for (std::int64_t r0 = (r_lo / sh.bq) * sh.bq; r0 < r_hi; r0 += sh.bq) {
-      BwdBlock(df, p, sh, hd, r0, std::min(sh.bq, sq.i - r0), c0, bc, w);
+      const std::int64_t br = std::min(sh.bq, sq.i - r0);
+      bool seen = false;
+      if (values_finite && BwdBlockFlushed(p, hd, w, r0, br, c0, bc, kmax, seen)) {
+        skipped += seen ? 1 : 0;
+        continue;
+      }
+      BwdBlock(df, p, sh, hd, r0, br, c0, bc, w);
     }
   }
+  if (skipped > 0) count_backward_flushed_blocks(skipped);
   for (std::int64_t r = 0; r < sq.i; ++r) {
     store_floats_at(w.dq.get() + r * sh.dp, static_cast<std::size_t>(p.d), p.scale, p.dtype, p.dq,
                     static_cast<std::size_t>(BwdDqOffset(p, hd, r)));
@@ -515,6 +598,12 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
     sh.dslope = dslope.data();
   }
   if (p.ddense != nullptr && p.j > 0) std::fill(p.ddense, p.ddense + bh * p.i * p.j, 0.0f);
+  // Flushed blocks (the top of this file): where the bias's largest value
+  // over a block is at hand (ALiBi, or none) and nothing but dQ, dK, dV
+  // and the slopes' gradients is wanted.
+  const char* flushed = std::getenv("POSBIAS_FLUSHED_TILES");
+  sh.skip = (p.bias == FusedBias::kAlibi || p.bias == FusedBias::kNone) && p.ddense == nullptr &&
+            p.dtable == nullptr && (flushed == nullptr || std::string_view(flushed) != "0");
   const int threads = omp_get_max_threads();
   double flops = 0.0;
   for (std::int64_t s = 0; s < p.b; ++s) {
@@ -551,6 +640,16 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace posbias::detail {
+
+namespace {
+std::atomic<std::int64_t> backward_flushed{0};
+}  // namespace
+
+std::int64_t backward_flushed_blocks() { return backward_flushed.load(std::memory_order_relaxed); }
+
+void count_backward_flushed_blocks(std::int64_t blocks) {
+  backward_flushed.fetch_add(blocks, std::memory_order_relaxed);
+}
 
 HWY_EXPORT(BwdRun);
 

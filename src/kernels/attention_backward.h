@@ -36,6 +36,13 @@ void attention_backward_kernel(const AttentionParams& p);
 void attention_backward_blocked(const AttentionParams& p, std::int64_t block_q,
                                 std::int64_t block_k);
 
+// (query block, key block) pairs of the backward skipped because every P
+// of the rows that see the block is exactly 0 (attention_backward.cc,
+// "Flushed blocks"), counted over the process's calls: the results are the
+// same bits either way, so this is how the tests see the skip.
+std::int64_t backward_flushed_blocks();
+void count_backward_flushed_blocks(std::int64_t blocks);
+
 }  // namespace posbias::detail
 
 #endif  // POSBIAS_SRC_KERNELS_ATTENTION_BACKWARD_H_
