@@ -252,7 +252,12 @@ struct AttentionGradients {
 ///   dK += scale dS^T Q,
 /// and the table gradient is the sum of dS along each diagonal; never an
 /// [i, j] matrix (except grad_dense itself, which is [b, h, i, j] before the
-/// reduction to the dense bias's shape).
+/// reduction to the dense bias's shape). With ALiBi or no bias, as the
+/// forward's flushed tiles, a (query block, key block) pair is skipped where
+/// the same bound, against each row's lse, proves every P exactly 0 and the
+/// values it would read (the block's V rows, the rows' grad_out and
+/// rowsum(dO * out)) are finite: it would add only zeros. The gradients
+/// keep every bit; POSBIAS_FLUSHED_TILES=0 turns the skip off here too.
 ///
 /// Arguments: q, k, v, bias and options exactly as given to the forward;
 /// out [b, h, i, d] and grad_out [b, h, i, d] in q's dtype (any strides);
