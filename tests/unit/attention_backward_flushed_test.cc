@@ -28,8 +28,8 @@ namespace {
 
 using test::Shape;
 
-// One backward's gradients as float vectors, with the skip on or off, and
-// how many blocks it skipped.
+// One backward's gradients as float vectors, and how many blocks it
+// skipped.
 struct Grads {
   std::vector<float> dq, dk, dv, dslopes;
   std::int64_t skipped = 0;
@@ -37,17 +37,11 @@ struct Grads {
 
 using Backward = std::function<AttentionGradients()>;
 
-Grads RunWith(const Backward& f, bool skip) {
-  if (skip) {
-    unsetenv("POSBIAS_FLUSHED_TILES");
-  } else {
-    setenv("POSBIAS_FLUSHED_TILES", "0", 1);
-  }
+Grads RunOnce(const Backward& f) {
   const std::int64_t before = detail::backward_flushed_blocks();
   const AttentionGradients g = f();
   Grads out;
   out.skipped = detail::backward_flushed_blocks() - before;
-  unsetenv("POSBIAS_FLUSHED_TILES");
   out.dq = g.grad_q.to_float_vector();
   out.dk = g.grad_k.to_float_vector();
   out.dv = g.grad_v.to_float_vector();
@@ -55,28 +49,19 @@ Grads RunWith(const Backward& f, bool skip) {
   return out;
 }
 
-enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
+using test::Skip;
 
-// The call with and without the skip, on each vector width: the same bits.
+// The call with and without the skip on each vector width: the same bits
+// (test::expect_skip_keeps_bits).
 void ExpectSameBits(const std::string& what, const Backward& f, Skip skip) {
-  SCOPED_TRACE(what);
-  for (const std::int64_t target : test::TargetsByWidth()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    const Grads on = RunWith(f, true);
-    const Grads off = RunWith(f, false);
-    hwy::SetSupportedTargetsForTest(0);
-    EXPECT_EQ(off.skipped, 0);
-    if (skip == Skip::kMust) {
-      EXPECT_GT(on.skipped, 0);
-    } else if (skip == Skip::kMustNot) {
-      EXPECT_EQ(on.skipped, 0);
-    }
-    test::expect_bits_equal(on.dq, off.dq, what + " dq");
-    test::expect_bits_equal(on.dk, off.dk, what + " dk");
-    test::expect_bits_equal(on.dv, off.dv, what + " dv");
-    test::expect_bits_equal(on.dslopes, off.dslopes, what + " dslopes");
-  }
+  test::expect_skip_keeps_bits(
+      what, skip, [&] { return RunOnce(f); },
+      [&](const Grads& on, const Grads& off) {
+        test::expect_bits_equal(on.dq, off.dq, what + " dq");
+        test::expect_bits_equal(on.dk, off.dk, what + " dk");
+        test::expect_bits_equal(on.dv, off.dv, what + " dv");
+        test::expect_bits_equal(on.dslopes, off.dslopes, what + " dslopes");
+      });
 }
 
 // Steep ALiBi heads (slopes 0.5 to 4) beside flat ones.
@@ -206,7 +191,7 @@ TEST(AttentionBackwardFlushed, NonFiniteValuesAreNotSkipped) {
   call.forward();
   call.v.mutable_data<float>()[(0 * 300 + 5) * 32 + 3] = nan;  // kv head 0, key 5
   ExpectSameBits("NaN in a far value row", call.backward(), Skip::kMust);
-  const Grads g = RunWith(call.backward(), true);
+  const Grads g = RunOnce(call.backward());
   // Query rows far below key 5 get NaN through their dS (head 0 only).
   EXPECT_TRUE(std::isnan(g.dq[static_cast<std::size_t>(299 * 32)]));
   EXPECT_FALSE(std::isnan(g.dq[static_cast<std::size_t>((300 + 299) * 32)]));
@@ -217,7 +202,7 @@ TEST(AttentionBackwardFlushed, NonFiniteValuesAreNotSkipped) {
   row.forward();
   row.dout.mutable_data<float>()[299 * 32 + 1] = nan;  // head 0, the last row
   ExpectSameBits("NaN in a row's dO", row.backward(), Skip::kMust);
-  const Grads r = RunWith(row.backward(), true);
+  const Grads r = RunOnce(row.backward());
   EXPECT_TRUE(std::isnan(r.dv[1]));  // key 0's dV: 0 * NaN from the last row
 }
 
@@ -231,7 +216,7 @@ TEST(AttentionBackwardFlushed, TablesDoNotSkip) {
   }
   call.bias = AttentionBias::distance_table(Tensor::from_vector({2, 599}, table));
   call.forward();
-  const Grads g = RunWith(call.backward(), true);
+  const Grads g = RunOnce(call.backward());
   EXPECT_EQ(g.skipped, 0);
 }
 

@@ -32,8 +32,8 @@ Tensor ints(const Shape& shape, const std::vector<std::int64_t>& v) {
   return Tensor::from_vector(shape, std::vector<float>(v.begin(), v.end())).to(DType::kInt32);
 }
 
-// One forward (out and lse, as float vectors) with the skip on or off, and
-// how many tiles skipped a block in it.
+// One forward's out and lse (as float vectors), and how many tiles skipped
+// a block in it.
 struct Run {
   std::vector<float> out, lse;
   std::int64_t skipped = 0;
@@ -41,44 +41,27 @@ struct Run {
 
 using Forward = std::function<AttentionForwardResult()>;
 
-Run RunWith(const Forward& f, bool skip) {
-  if (skip) {
-    unsetenv("POSBIAS_FLUSHED_TILES");
-  } else {
-    setenv("POSBIAS_FLUSHED_TILES", "0", 1);
-  }
+Run RunOnce(const Forward& f) {
   const std::int64_t before = detail::flushed_tiles_skipped();
   const AttentionForwardResult r = f();
   Run run;
   run.skipped = detail::flushed_tiles_skipped() - before;
-  unsetenv("POSBIAS_FLUSHED_TILES");
   run.out = r.out.to_float_vector();
   if (r.lse.numel() > 0) run.lse = r.lse.to_float_vector();
   return run;
 }
 
-enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
+using test::Skip;
 
-// The call with and without the skip, on each of TargetsByWidth(): the
-// same bits; `skip` says whether the call must skip some block, must not,
-// or may.
+// The call with and without the skip on each vector width: the same bits
+// (test::expect_skip_keeps_bits).
 void ExpectSameBits(const std::string& what, const Forward& f, Skip skip) {
-  SCOPED_TRACE(what);
-  for (const std::int64_t target : test::TargetsByWidth()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    const Run on = RunWith(f, true);
-    const Run off = RunWith(f, false);
-    hwy::SetSupportedTargetsForTest(0);
-    EXPECT_EQ(off.skipped, 0);
-    if (skip == Skip::kMust) {
-      EXPECT_GT(on.skipped, 0);
-    } else if (skip == Skip::kMustNot) {
-      EXPECT_EQ(on.skipped, 0);
-    }
-    test::expect_bits_equal(on.out, off.out, what + " out");
-    test::expect_bits_equal(on.lse, off.lse, what + " lse");
-  }
+  test::expect_skip_keeps_bits(
+      what, skip, [&] { return RunOnce(f); },
+      [&](const Run& on, const Run& off) {
+        test::expect_bits_equal(on.out, off.out, what + " out");
+        test::expect_bits_equal(on.lse, off.lse, what + " lse");
+      });
 }
 
 Forward Dense(const Tensor& q, const Tensor& k, const Tensor& v, AttentionBias bias,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -36,6 +37,48 @@ inline std::vector<std::int64_t> TargetsByWidth() {
     out.push_back(target);
   }
   return out;
+}
+
+// Whether a call must skip some flushed block (the forward's tiles, the
+// backward's blocks), must not, or may.
+enum class Skip : std::uint8_t { kMust, kMustNot, kMay };
+
+// The flushed skips' switch, POSBIAS_FLUSHED_TILES (read at each call): on
+// (unset, the default) or off ("0").
+inline void set_flushed_skip(bool on) {
+  if (on) {
+    unsetenv("POSBIAS_FLUSHED_TILES");
+  } else {
+    setenv("POSBIAS_FLUSHED_TILES", "0", 1);
+  }
+}
+
+// A call with and without the flushed skips on each of TargetsByWidth():
+// run() makes the call and returns what it computed, with `skipped`, how
+// many blocks it skipped (the kernel's counter, read around the call);
+// same(on, off) compares the two runs' results. With the skip off nothing
+// may be skipped; with it on, `skip` says whether something must be.
+template <class RunFn, class SameFn>
+void expect_skip_keeps_bits(const std::string& what, Skip skip, const RunFn& run,
+                            const SameFn& same) {
+  SCOPED_TRACE(what);
+  for (const std::int64_t target : TargetsByWidth()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    set_flushed_skip(true);
+    const auto on = run();
+    set_flushed_skip(false);
+    const auto off = run();
+    set_flushed_skip(true);
+    hwy::SetSupportedTargetsForTest(0);
+    EXPECT_EQ(off.skipped, 0);
+    if (skip == Skip::kMust) {
+      EXPECT_GT(on.skipped, 0);
+    } else if (skip == Skip::kMustNot) {
+      EXPECT_EQ(on.skipped, 0);
+    }
+    same(on, off);
+  }
 }
 
 inline Tensor random_tensor(const Shape& shape, std::uint32_t seed, float lo = -1.0f,
