@@ -72,14 +72,13 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
 #include "kernels/attention_exp-inl.h"
 #include "kernels/attention_flush_bound-inl.h"
+#include "kernels/attention_fused.h"  // flushed_skips_enabled
 #include "kernels/float_store.h"
 #include "kernels/scratch.h"
 
@@ -446,11 +445,11 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
     const std::int64_t r_hi =
         FirstRowWhere(sq.i, [&](std::int64_t r) { return range(r).begin >= c0 + bc; });
     // The block's largest key norm and whether its values are finite.
-    float kmax = 0.0f;
+    float kmax = 0.0f;  // NaN once a norm is
     bool values_finite = sh.skip;
     for (std::int64_t c = c0; sh.skip && c < c0 + bc; ++c) {
-      kmax = std::isnan(w.knorm[c]) || std::isnan(kmax) ? w.knorm[c] + kmax
-                                                        : std::max(kmax, w.knorm[c]);
+      const float kn = w.knorm[c];
+      if (kn > kmax || std::isnan(kn)) kmax = kn;
       values_finite = values_finite && w.v_ok[c] != 0.0f;
     }
     for (std::int64_t r0 = (r_lo / sh.bq) * sh.bq; r0 < r_hi; r0 += sh.bq) {
@@ -601,9 +600,8 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
   // Flushed blocks (the top of this file): where the bias's largest value
   // over a block is at hand (ALiBi, or none) and nothing but dQ, dK, dV
   // and the slopes' gradients is wanted.
-  const char* flushed = std::getenv("POSBIAS_FLUSHED_TILES");
   sh.skip = (p.bias == FusedBias::kAlibi || p.bias == FusedBias::kNone) && p.ddense == nullptr &&
-            p.dtable == nullptr && (flushed == nullptr || std::string_view(flushed) != "0");
+            p.dtable == nullptr && flushed_skips_enabled();
   const int threads = omp_get_max_threads();
   double flops = 0.0;
   for (std::int64_t s = 0; s < p.b; ++s) {

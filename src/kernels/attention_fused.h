@@ -21,6 +21,11 @@ void fused_attention(const AttentionParams& p);
 void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k,
                              std::int64_t splits);
 
+// Whether the flushed skips (the forward's tiles, the backward's blocks)
+// are on: unless POSBIAS_FLUSHED_TILES=0 in the environment, read at each
+// call (the tests and the bench turn them off to compare).
+bool flushed_skips_enabled();
+
 // Tiles of query rows that skipped a key block of which they see some key,
 // every p exactly 0 (attention_skip-inl.h), counted over the process's
 // calls: the results are the same bits either way, so this is how the

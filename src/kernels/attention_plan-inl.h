@@ -20,10 +20,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
-#include <string_view>
 #include <vector>
 
 #include "kernels/attention_blocks-inl.h"
+#include "kernels/attention_fused.h"  // flushed_skips_enabled
 #include "kernels/attention_params.h"
 #include "kernels/attention_task-inl.h"
 
@@ -124,8 +124,7 @@ AttentionBlocking PlanBlocking(const AttentionParams& p, std::int64_t block_q, s
                   4.0 * static_cast<double>(bl.nkb) * static_cast<double>(bl.bkp) *
                           static_cast<double>(p.d + bl.dp) <=
                       kMaxPackBytes;
-  const char* skip = std::getenv("POSBIAS_FLUSHED_TILES");
-  bl.skip_flushed = skip == nullptr || std::string_view(skip) != "0";
+  bl.skip_flushed = flushed_skips_enabled();
   return bl;
 }
 
