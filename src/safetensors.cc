@@ -47,11 +47,12 @@ void read_exact(int fd, void* dst, std::uint64_t offset, std::uint64_t bytes,
     const ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(errno));
+      throw std::runtime_error("cannot read safetensors file " + quoted_name(path) + ": " +
+                               errno_text(errno));
     }
     if (got == 0) {
-      throw std::runtime_error("cannot read safetensors file '" + path +
-                               "': it became shorter while being read");
+      throw std::runtime_error("cannot read safetensors file " + quoted_name(path) +
+                               ": it became shorter while being read");
     }
     p += got;
     offset += static_cast<std::uint64_t>(got);
@@ -67,7 +68,8 @@ void read_stream(int fd, std::string& bytes, std::uint64_t want, const std::stri
         ::read(fd, buf, static_cast<std::size_t>(std::min<std::uint64_t>(want, sizeof buf)));
     if (got < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(errno));
+      throw std::runtime_error("cannot read safetensors file " + quoted_name(path) + ": " +
+                               errno_text(errno));
     }
     if (got == 0) return;
     bytes.append(buf, static_cast<std::size_t>(got));
@@ -82,8 +84,8 @@ void write_all(int fd, const void* data, std::size_t bytes, const std::string& t
     const ssize_t put = ::write(fd, p, std::min<std::size_t>(bytes, std::size_t{1} << 30));
     if (put < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("cannot write safetensors file '" + path + "' (writing '" + tmp +
-                               "'): " + errno_text(errno));
+      throw std::runtime_error("cannot write safetensors file " + quoted_name(path) + " (writing " +
+                               quoted_name(tmp) + "): " + errno_text(errno));
     }
     p += put;
     bytes -= static_cast<std::size_t>(put);
@@ -114,16 +116,19 @@ TensorMap load_safetensors(const std::string& path) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) {
-    throw std::runtime_error("cannot open safetensors file '" + path + "': " + errno_text(errno));
+    throw std::runtime_error("cannot open safetensors file " + quoted_name(path) + ": " +
+                             errno_text(errno));
   }
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
-    throw std::runtime_error("cannot stat safetensors file '" + path + "': " + errno_text(errno));
+    throw std::runtime_error("cannot stat safetensors file " + quoted_name(path) + ": " +
+                             errno_text(errno));
   }
   if (S_ISDIR(st.st_mode)) {
-    throw std::runtime_error("cannot read safetensors file '" + path + "': " + errno_text(EISDIR));
+    throw std::runtime_error("cannot read safetensors file " + quoted_name(path) + ": " +
+                             errno_text(EISDIR));
   }
-  const std::string what = "file '" + path + "'";
+  const std::string what = "file " + quoted_name(path);
   if (!S_ISREG(st.st_mode)) {
     // A pipe or device: no size to check against. Read only what the file
     // itself says it holds (the 8-byte length, the header, the data up to the
@@ -209,9 +214,9 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
     if (f.fd < 0 && errno != EEXIST) break;
   }
   if (f.fd < 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path +
-                             "': cannot create a temporary file in '" + dir +
-                             "': " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file " + quoted_name(path) +
+                             ": cannot create a temporary file in " + quoted_name(dir) + ": " +
+                             errno_text(errno));
   }
   // Removes the temporary file unless the rename happened.
   struct Cleanup {
@@ -229,18 +234,18 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   detail::emit_data(
       plan, [&](const void* data, std::size_t bytes) { write_all(f.fd, data, bytes, tmp, path); });
   if (::fsync(f.fd) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (fsync of '" + tmp +
-                             "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file " + quoted_name(path) + " (fsync of " +
+                             quoted_name(tmp) + "): " + errno_text(errno));
   }
   const int fd = f.fd;
   f.fd = -1;
   if (::close(fd) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (closing '" + tmp +
-                             "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file " + quoted_name(path) + " (closing " +
+                             quoted_name(tmp) + "): " + errno_text(errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw std::runtime_error("cannot write safetensors file '" + path + "' (renaming '" + tmp +
-                             "'): " + errno_text(errno));
+    throw std::runtime_error("cannot write safetensors file " + quoted_name(path) + " (renaming " +
+                             quoted_name(tmp) + "): " + errno_text(errno));
   }
   cleanup.done = true;
   // Make the rename itself durable; failing to is not an error of the write.

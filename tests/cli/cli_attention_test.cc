@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "cli_process.h"
 #include "attention_inputs.h"
+#include "cli_process.h"
 #include "posbias/alibi.h"
 #include "posbias/attention.h"
 #include "posbias/dpb.h"
@@ -291,10 +291,11 @@ TEST(Cli, AttentionGivenInputs) {
   // Errors of given inputs name their shapes too, also a non-finite slope.
   expect_bad_argument(
       {"attention", "--inputs", file.path(), "--bias", "alibi", "--slopes", "0.5,0.25,inf,1"},
-      "attention_forward: ALiBi slope 2 is not finite (inf) (q [1, 4, 3, 8], k [1, 2, 6, 8], v [1, 2, "
+      "attention_forward: ALiBi slope 2 is not finite (inf) (q [1, 4, 3, 8], k [1, 2, 6, 8], v [1, "
+      "2, "
       "6, 8])");
   expect_bad_argument({"attention", "--inputs", "/nonexistent/qkv.safetensors"},
-                      "--inputs: cannot open safetensors file '/nonexistent/qkv.safetensors'");
+                      "--inputs: cannot open safetensors file \"/nonexistent/qkv.safetensors\"");
 }
 
 // Every tensor alone fits in memory (the library accepts each), but q, k, v

@@ -52,9 +52,9 @@ TEST(Cli, CheckGoldenServingCopy) {
   EXPECT_EQ(run.exit_code, 1) << describe({"check-golden", golden}, run);
   EXPECT_EQ(lines_of(run.out),
             (std::vector<std::string>{
-                "FAIL case 9 (dynamic_position_bias_file): error: cannot open safetensors file '" +
+                "FAIL case 9 (dynamic_position_bias_file): error: cannot open safetensors file \"" +
                     std::string(POSBIAS_GOLDEN_COPY_DIR) +
-                    "/dpb_hidden.safetensors': No such file or directory",
+                    "/dpb_hidden.safetensors\": No such file or directory",
                 "9 passed, 1 failed, 0 skipped"}))
       << run.out;
 }
@@ -87,8 +87,8 @@ TEST(Cli, CheckGoldenReportsEveryKindOfBrokenCase) {
       "FAIL case 16 (dynamic_position_bias): call 0 (i = 1, j = 3): element [0, 0, 1] (flat 1): "
       "got 0.7310586, expected 0.75",
       "FAIL case 18 (t5_bucket): rel 3 (index 1): got bucket 0, expected 3",
-      "FAIL case 19 (dynamic_position_bias_file): error: cannot open safetensors file '" +
-          std::string(POSBIAS_CLI_TEST_DATA) + "/missing.safetensors': No such file or directory",
+      "FAIL case 19 (dynamic_position_bias_file): error: cannot open safetensors file \"" +
+          std::string(POSBIAS_CLI_TEST_DATA) + "/missing.safetensors\": No such file or directory",
       "FAIL case 20 (dynamic_position_bias): malformed case: layers[0]: expected a 'linear' "
       "layer, got \"silu\"",
       "FAIL case 23 (attention): malformed case: field 'bias': field 'type' must be \"none\", "

@@ -302,9 +302,9 @@ TEST(Cli, DpbBadWeightsFilesExitTwo) {
     return args;
   };
   expect_bad_argument(with("/nonexistent/dpb.safetensors"),
-                      "'/nonexistent/dpb.safetensors': No such file or directory");
+                      "\"/nonexistent/dpb.safetensors\": No such file or directory");
   const std::string dir = std::filesystem::temp_directory_path().string();
-  expect_bad_argument(with(dir), "'" + dir + "'");
+  expect_bad_argument(with(dir), "\"" + dir + "\"");
   // The golden file is for dim 64, heads 8.
   expect_bad_argument(with(golden_copy("dpb_zeta_dim64_heads8.safetensors")),
                       "mlp.0.weight: expected shape [2, 1], got [64, 1]");
@@ -328,7 +328,8 @@ TEST(Cli, DpbBadWeightsFilesExitTwo) {
     state.erase("mlp.2.weight");
     save_safetensors(renamed.path(), state);
   }
-  expect_bad_argument(with(renamed.path()), "missing \"mlp.2.weight\"; unexpected \"mlp.1.weight\"");
+  expect_bad_argument(with(renamed.path()),
+                      "missing \"mlp.2.weight\"; unexpected \"mlp.1.weight\"");
 
   TempFile non_finite;
   {

@@ -72,7 +72,7 @@ void expect_serving_golden(const std::string& path) {
     seen.insert(c.kind);
     if (c.kind == "dynamic_position_bias_file") {
       EXPECT_EQ(c.status, CaseStatus::kFailed);
-      EXPECT_NE(c.message.find("dpb_hidden.safetensors': No such file"), std::string::npos)
+      EXPECT_NE(c.message.find("dpb_hidden.safetensors\": No such file"), std::string::npos)
           << c.message;
     } else {
       EXPECT_EQ(c.status, CaseStatus::kPassed)

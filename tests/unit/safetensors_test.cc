@@ -457,6 +457,33 @@ TEST(Safetensors, MalformedFilesNameThePath) {
   }
 }
 
+// A path comes from the caller (a golden file's case, a command line): the
+// messages show it as quoted_name does, escaped and shortened, so a long or
+// garbled path cannot make a long or garbled message (the golden fuzzer
+// found a 4.7 KB one).
+TEST(Safetensors, MessagesShowPathsBounded) {
+  const std::string long_path = "/nonexistent/" + std::string(10000, 's') + ".safetensors";
+  try {
+    load_safetensors(long_path);
+    FAIL() << "loaded";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 300u) << msg;
+    EXPECT_NE(msg.find("cannot open safetensors file \"/nonexistent/sss"), std::string::npos)
+        << msg;
+    // (the system's error, ENAMETOOLONG here, follows)
+    EXPECT_NE(msg.find("...\" (10025 bytes): "), std::string::npos) << msg;
+  }
+  try {
+    load_safetensors("/nonexistent/a\nb.safetensors");
+    FAIL() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot open safetensors file \"/nonexistent/a\\nb.safetensors\": No such file or "
+              "directory");
+  }
+}
+
 TEST(Safetensors, ValidEdgeCasesParse) {
   // Zero-size tensors may share an offset; whitespace around the JSON (the
   // writer's padding) is fine; keys may come in any order.
@@ -611,9 +638,8 @@ TEST(Safetensors, OddTensorNamesInMessagesAreQuotedEscapedAndShort) {
     // be in one (the parser refuses it, MalformedInputsThrowWithPreciseMessages).
     if (odd.name.find('\xff') != std::string::npos) continue;
     const std::string key = nlohmann::json(odd.name).dump();  // the name, JSON-escaped
-    const std::string bytes =
-        file_from("{" + key + R"(:{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})",
-                  f32_bytes({1.0f}));
+    const std::string bytes = file_from(
+        "{" + key + R"(:{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})", f32_bytes({1.0f}));
     std::string message;
     try {
       parse_safetensors(bytes);
