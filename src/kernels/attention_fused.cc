@@ -58,10 +58,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <memory>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -654,11 +652,6 @@ namespace {
 std::atomic<std::int64_t> flushed_tiles{0};
 std::atomic<std::int64_t> block_norms{0};
 }  // namespace
-
-bool flushed_skips_enabled() {
-  const char* skip = std::getenv("POSBIAS_FLUSHED_TILES");
-  return skip == nullptr || std::string_view(skip) != "0";
-}
 
 std::int64_t flushed_tiles_skipped() { return flushed_tiles.load(std::memory_order_relaxed); }
 

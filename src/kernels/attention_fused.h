@@ -5,6 +5,8 @@
 #define POSBIAS_SRC_KERNELS_ATTENTION_FUSED_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/attention_params.h"
 
@@ -24,7 +26,10 @@ void fused_attention_blocked(const AttentionParams& p, std::int64_t block_q, std
 // Whether the flushed skips (the forward's tiles, the backward's blocks)
 // are on: unless POSBIAS_FLUSHED_TILES=0 in the environment, read at each
 // call (the tests and the bench turn them off to compare).
-bool flushed_skips_enabled();
+inline bool flushed_skips_enabled() {
+  const char* skip = std::getenv("POSBIAS_FLUSHED_TILES");
+  return skip == nullptr || std::string_view(skip) != "0";
+}
 
 // Tiles of query rows that skipped a key block of which they see some key,
 // every p exactly 0 (attention_skip-inl.h), counted over the process's
