@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "posbias/limits.h"
+
 namespace posbias {
 
 std::string dtype_name(DType dtype) {
@@ -28,8 +30,8 @@ DType parse_dtype(const std::string& name) {
   if (name == "float32" || name == "f32" || name == "float") return DType::kFloat32;
   if (name == "bfloat16" || name == "bf16") return DType::kBFloat16;
   if (name == "float16" || name == "f16" || name == "half") return DType::kFloat16;
-  throw std::invalid_argument("unknown dtype '" + name +
-                              "' (expected float32, bfloat16 or float16)");
+  throw std::invalid_argument("unknown dtype " + quoted_name(name) +
+                              " (expected float32, bfloat16 or float16)");
 }
 
 void check_output_dtype(DType dtype, const std::string& what) {

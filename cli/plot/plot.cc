@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "plot_draw.h"
+#include "posbias/limits.h"
 
 namespace posbias::cli::plot {
 namespace detail {
@@ -227,9 +228,10 @@ Format format_of_path(const std::string& path) {
   const std::string ext = dot == std::string::npos ? "" : lower(name.substr(dot));
   if (ext == ".png") return Format::kPng;
   if (ext == ".svg") return Format::kSvg;
-  throw std::invalid_argument("unknown image format " +
-                              (ext.empty() ? std::string("(no extension)") : "'" + ext + "'") +
-                              " of '" + path + "': the file name must end in .png or .svg");
+  throw std::invalid_argument(
+      "unknown image format " +
+      (ext.empty() ? std::string("(no extension)") : posbias::quoted_name(ext)) + " of " +
+      posbias::quoted_name(path) + ": the file name must end in .png or .svg");
 }
 
 void check_plot_size(const std::string& option, std::int64_t heads, std::int64_t rows,
@@ -335,7 +337,8 @@ Rgb colour_of(const Grid& grid, double v) {
 void write_file_atomically(const std::string& option, const std::string& path,
                            const std::string& bytes) {
   const auto fail = [&](const std::string& why) {
-    throw std::invalid_argument(option + ": cannot write '" + path + "': " + why);
+    throw std::invalid_argument(option + ": cannot write " + posbias::quoted_name(path) + ": " +
+                                why);
   };
   if (path.empty() || path.back() == '/') fail("not a file name");
   const std::size_t slash = path.find_last_of('/');

@@ -327,13 +327,18 @@ struct BadPlot {
 TEST(PlotTool, BadInputExits2WithOneLineAndNoFile) {
   const std::vector<BadPlot> cases = {
       {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/x.jpg"},
-       "--plot: unknown image format '.jpg'"},
+       "--plot: unknown image format \".jpg\""},
       {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/x"},
        "unknown image format (no extension)"},
       {{"dpb", "--dim", "4", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/x.gif"},
        "must end in .png or .svg"},
       {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/no/such/dir/x.png"},
-       "cannot write '@/no/such/dir/x.png': No such file or directory"},
+       "cannot write \"@/no/such/dir/x.png\": No such file or directory"},
+      {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot",
+        "@/" + std::string(3000, 'n') + "/x.png"},
+       " bytes): "},  // a long path is shown shortened, with its length
+      {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/x." + std::string(3000, 'g')},
+       " bytes) of \""},
       {{"alibi", "--heads", "2", "-i", "3", "-j", "3", "--plot", "@/"},
        "--plot: unknown image format"},
       {{"alibi", "--heads", "8", "-i", "100000", "-j", "100000", "--plot", "@/x.png"},
@@ -372,6 +377,7 @@ TEST(PlotTool, BadInputExits2WithOneLineAndNoFile) {
     EXPECT_EQ(r.out, "");
     EXPECT_EQ(r.err.rfind("posbias: error: ", 0), 0u) << r.err;
     EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
+    EXPECT_LT(r.err.size(), 600u) << r.err;
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
     EXPECT_TRUE(dir.files().empty()) << args.back() << ": left " << dir.files().front();
   }

@@ -300,7 +300,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgs{
             "AttentionUnknownKvDtype",
             {"attention", "--heads", "2", "-i", "3", "-j", "3", "-d", "4", "--kv-dtype", "int7"},
-            "unknown dtype 'int7'"},
+            "unknown dtype \"int7\""},
+        BadArgs{"AttentionLongKvDtype",
+                {"attention", "--heads", "2", "-i", "3", "-j", "3", "-d", "4", "--kv-dtype",
+                 std::string(5000, 'x')},
+                "...\" (5000 bytes) (expected float32, bfloat16 or float16)"},
         BadArgs{"AttentionKvDtypeWithHalfQ",
                 {"attention", "--heads", "2", "-i", "3", "-j", "3", "-d", "4", "--dtype",
                  "bfloat16", "--kv-dtype", "float16"},
