@@ -20,6 +20,7 @@
 #include "attention_front.h"
 #include "attention_reference.h"
 #include "checks.h"
+#include "dtype_dispatch.h"
 #include "kernels/attention_backward.h"
 #include "kernels/attention_fused.h"
 #include "kernels/attention_params.h"
@@ -311,7 +312,7 @@ void finish_attention_table(AttentionCall& call, const AttentionBias& bias) {
       for (std::int64_t rel = -copied; rel <= copied; ++rel) {
         // user entry rel' = -rel (q - k)
         dst[rel] =
-            static_cast<T>(reference_load(t.raw_data(), t.dtype(), hh * s0 + (centre - rel) * s1));
+            static_cast<T>(load_element(t.raw_data(), t.dtype(), hh * s0 + (centre - rel) * s1));
       }
     }
     return rtable.data() + front;

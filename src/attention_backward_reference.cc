@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention_reference.h"
+#include "dtype_dispatch.h"
 
 namespace posbias::detail {
 namespace {
@@ -61,12 +62,12 @@ void backward_row(const AttentionParams& p, const AttentionDouble& dbl, const Gr
       s * p.saved_out_stride[0] + x * p.saved_out_stride[1] + row * p.saved_out_stride[2];
   const std::int64_t go = s * p.dout_stride[0] + x * p.dout_stride[1] + row * p.dout_stride[2];
   const auto dout = [&](std::int64_t e) {
-    return reference_load(p.dout, p.dtype, go + e * p.dout_stride[3]);
+    return load_element(p.dout, p.dtype, go + e * p.dout_stride[3]);
   };
   if (lse != -std::numeric_limits<double>::infinity()) {
     double delta = 0.0;  // dO . out
     for (std::int64_t e = 0; e < p.d; ++e) {
-      delta += dout(e) * reference_load(p.saved_out, p.dtype, oo + e * p.saved_out_stride[3]);
+      delta += dout(e) * load_element(p.saved_out, p.dtype, oo + e * p.saved_out_stride[3]);
     }
     const KeyRange kr = visible_keys(p, sq.j, qpos);
     const std::int64_t slot = s * p.h + x;
@@ -78,15 +79,15 @@ void backward_row(const AttentionParams& p, const AttentionDouble& dbl, const Gr
       const std::int64_t vo = reference_key_offset(p, sq, s, kvh, c, p.v_stride);
       double dp = 0.0;
       for (std::int64_t e = 0; e < p.d; ++e) {
-        dp += dout(e) * reference_load(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
+        dp += dout(e) * load_element(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
       }
       const double ds = prob * (dp - delta);
       const double draw = dbl.scale * sc.dcap * ds;
       const std::int64_t gko = s * gl.k[0] + kvh * gl.k[1] + (sq.k_row0 + c) * gl.k[2];
       for (std::int64_t e = 0; e < p.d; ++e) {
         const auto ue = static_cast<std::size_t>(e);
-        dq[ue] += draw * reference_load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
-        gk[gko + e] += draw * reference_load(p.q, p.dtype, qo + e * p.q_stride[3]);
+        dq[ue] += draw * load_element(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
+        gk[gko + e] += draw * load_element(p.q, p.dtype, qo + e * p.q_stride[3]);
         gv[gko + e] += prob * dout(e);
       }
       if (dbl.dslopes != nullptr) {

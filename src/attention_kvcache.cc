@@ -13,6 +13,7 @@
 #include "attention_front.h"
 #include "attention_reference.h"
 #include "checks.h"
+#include "dtype_dispatch.h"
 #include "kernels/attention_fused.h"
 #include "kernels/attention_params.h"
 #include "kernels/float_to.h"
@@ -289,22 +290,6 @@ void convert_row_typed(const void* src, std::int64_t s_off, std::int64_t s_step,
   }
 }
 
-template <typename S>
-void convert_row_from(const void* src, std::int64_t s_off, std::int64_t s_step, void* dst, DType dt,
-                      std::int64_t d_off, std::int64_t d_step, std::int64_t d) {
-  switch (dt) {
-    case DType::kBFloat16:
-      convert_row_typed<S, bfloat16>(src, s_off, s_step, dst, d_off, d_step, d);
-      break;
-    case DType::kFloat16:
-      convert_row_typed<S, float16>(src, s_off, s_step, dst, d_off, d_step, d);
-      break;
-    default:
-      convert_row_typed<S, float>(src, s_off, s_step, dst, d_off, d_step, d);
-      break;
-  }
-}
-
 // dst[0 .. d) (cache dtype) = src[0, stride, ..) (float dtype), rounded
 // once; a row of the cache's own dtype with contiguous elements is copied.
 void convert_row(const void* src, DType st, std::int64_t s_off, std::int64_t s_step, void* dst,
@@ -316,20 +301,15 @@ void convert_row(const void* src, DType st, std::int64_t s_off, std::int64_t s_s
                 static_cast<std::size_t>(d) * size);
     return;
   }
-  switch (st) {
-    case DType::kFloat64:  // then the cache is float64 too (kvcache_append checks)
-      convert_row_typed<double, double>(src, s_off, s_step, dst, d_off, d_step, d);
-      break;
-    case DType::kBFloat16:
-      convert_row_from<bfloat16>(src, s_off, s_step, dst, dt, d_off, d_step, d);
-      break;
-    case DType::kFloat16:
-      convert_row_from<float16>(src, s_off, s_step, dst, dt, d_off, d_step, d);
-      break;
-    default:
-      convert_row_from<float>(src, s_off, s_step, dst, dt, d_off, d_step, d);
-      break;
+  if (st == DType::kFloat64) {  // then the cache is float64 too (kvcache_append checks)
+    convert_row_typed<double, double>(src, s_off, s_step, dst, d_off, d_step, d);
+    return;
   }
+  detail::with_float_type(st, "kvcache_append", [&](auto from) {
+    detail::with_float_type(dt, "kvcache_append", [&](auto to) {
+      convert_row_typed<decltype(from), decltype(to)>(src, s_off, s_step, dst, d_off, d_step, d);
+    });
+  });
 }
 
 bool is_float(DType t) {
@@ -451,9 +431,10 @@ void kvcache_append(Tensor& k_cache, Tensor& v_cache, const Tensor& cache_seqlen
   const std::int64_t b = k_new.size(0), n = k_new.size(1), hk = k_new.size(2), d = k_new.size(3);
   check_cache(call, k_cache, v_cache, cache_seqlens, block_table, b, n);
   if (!is_value(k_cache.dtype()) || k_cache.size(2) != hk || k_cache.size(3) != d) {
-    call.fail("the cache must be float32, bfloat16, float16 or float64 [.., .., hk, d] = [.., .., " +
-              num(hk) + ", " + num(d) + "], got " + dtype_name(k_cache.dtype()) + " " +
-              shape_string(k_cache.shape()));
+    call.fail(
+        "the cache must be float32, bfloat16, float16 or float64 [.., .., hk, d] = [.., .., " +
+        num(hk) + ", " + num(d) + "], got " + dtype_name(k_cache.dtype()) + " " +
+        shape_string(k_cache.shape()));
   }
   const bool paged = has_block_table(block_table);
   const std::int64_t bs = k_cache.size(1);

@@ -17,22 +17,10 @@
 #include <limits>
 #include <vector>
 
+#include "dtype_dispatch.h"
 #include "posbias/dtype.h"
 
 namespace posbias::detail {
-
-double reference_load(const void* base, DType dtype, std::int64_t off) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return to_float(static_cast<const bfloat16*>(base)[off]);
-    case DType::kFloat16:
-      return to_float(static_cast<const float16*>(base)[off]);
-    case DType::kFloat64:
-      return static_cast<const double*>(base)[off];
-    default:
-      return static_cast<const float*>(base)[off];
-  }
-}
 
 std::int64_t reference_key_offset(const AttentionParams& p, const Sequence& sq, std::int64_t s,
                                   std::int64_t kvh, std::int64_t c, const std::int64_t* stride) {
@@ -57,8 +45,8 @@ ReferenceScore reference_score(const AttentionParams& p, const AttentionDouble& 
   const std::int64_t ko = reference_key_offset(p, sq, s, kvh, c, p.k_stride);
   double dot = 0.0;
   for (std::int64_t e = 0; e < p.d; ++e) {
-    dot += reference_load(p.q, p.dtype, qo + e * p.q_stride[3]) *
-           reference_load(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
+    dot += load_element(p.q, p.dtype, qo + e * p.q_stride[3]) *
+           load_element(p.k, p.kv_dtype, ko + e * p.k_stride[3]);
   }
   ReferenceScore sc;
   sc.score = dbl.scale * dot;
@@ -93,24 +81,6 @@ ReferenceScore reference_score(const AttentionParams& p, const AttentionDouble& 
 
 namespace {
 
-void store(void* base, DType dtype, std::int64_t off, double value) {
-  const float f = static_cast<float>(value);
-  switch (dtype) {
-    case DType::kBFloat16:
-      static_cast<bfloat16*>(base)[off] = to_bfloat16(f);
-      break;
-    case DType::kFloat16:
-      static_cast<float16*>(base)[off] = to_float16(f);
-      break;
-    case DType::kFloat64:
-      static_cast<double*>(base)[off] = value;
-      break;
-    default:
-      static_cast<float*>(base)[off] = f;
-      break;
-  }
-}
-
 // One row: scores into `scores` (indexed from the first visible key), then
 // the output and lse. `acc` holds d doubles.
 void run_row(const AttentionParams& p, const AttentionDouble& dbl, const Sequence& sq,
@@ -143,7 +113,7 @@ void run_row(const AttentionParams& p, const AttentionDouble& dbl, const Sequenc
       const std::int64_t vo = reference_key_offset(p, sq, s, kvh, c, p.v_stride);
       for (std::int64_t e = 0; e < p.d; ++e) {
         acc[static_cast<std::size_t>(e)] +=
-            w * reference_load(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
+            w * load_element(p.v, p.kv_dtype, vo + e * p.v_stride[3]);
       }
     }
     for (double& a : acc) a /= sum;
@@ -152,7 +122,7 @@ void run_row(const AttentionParams& p, const AttentionDouble& dbl, const Sequenc
   const std::int64_t row = sq.q_row0 + r;
   const std::int64_t oo = s * p.out_stride[0] + x * p.out_stride[1] + row * p.out_stride[2];
   for (std::int64_t e = 0; e < p.d; ++e) {
-    store(p.out, p.dtype, oo + e * p.out_stride[3], acc[static_cast<std::size_t>(e)]);
+    store_element(p.out, p.dtype, oo + e * p.out_stride[3], acc[static_cast<std::size_t>(e)]);
   }
   const std::int64_t lo = s * p.lse_stride[0] + x * p.lse_stride[1] + row * p.lse_stride[2];
   if (dbl.lse != nullptr) dbl.lse[lo] = lse;

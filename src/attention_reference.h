@@ -34,8 +34,8 @@ struct AttentionDouble {
 };
 
 // The row helpers shared by the forward and the backward reference.
-// An element of q, k, v or an out-like tensor, widened to double.
-double reference_load(const void* base, DType dtype, std::int64_t off);
+// An element of q, k, v or an out-like tensor is read as load_element
+// (dtype_dispatch.h) reads it: widened exactly to double.
 // Offset of key c of sequence s (sq = sequence(p, s)), kv head kvh, element 0
 // in a k- or v-like tensor with the given strides (dense or paged layout).
 std::int64_t reference_key_offset(const AttentionParams& p, const Sequence& sq, std::int64_t s,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "dtype_dispatch.h"
 #include "kernels/toeplitz.h"
 #include "kernels/toeplitz_reduce.h"
 
@@ -148,37 +149,11 @@ Tensor contiguous_float32(const Tensor& g) {
   if (g.dtype() == DType::kFloat32 && g.is_contiguous()) return g;
   Tensor out = Tensor::empty(g.shape(), DType::kFloat32);
   float* d = out.mutable_data<float>();
-  switch (g.dtype()) {
-    case DType::kFloat32:
-      widen_rows(g.data<float>(), g.shape(), g.strides(), d);
-      break;
-    case DType::kBFloat16:
-      widen_rows(g.data<bfloat16>(), g.shape(), g.strides(), d);
-      break;
-    case DType::kFloat16:
-      widen_rows(g.data<float16>(), g.shape(), g.strides(), d);
-      break;
-    case DType::kFloat64:
-    case DType::kInt32:
-    case DType::kUInt8:
-    case DType::kBool:
-      detail::unsupported_dtype("distance table gradient", g.dtype());
-  }
+  detail::with_float_type(g.dtype(), "distance table gradient", [&](auto tag) {
+    using T = decltype(tag);
+    widen_rows(g.data<T>(), g.shape(), g.strides(), d);
+  });
   return out;
-}
-
-// An element of a float tensor (float64 included), widened to double.
-double element(const Tensor& t, std::int64_t offset) {
-  switch (t.dtype()) {
-    case DType::kFloat64:
-      return t.data<double>()[offset];
-    case DType::kBFloat16:
-      return to_float(t.data<bfloat16>()[offset]);
-    case DType::kFloat16:
-      return to_float(t.data<float16>()[offset]);
-    default:
-      return t.data<float>()[offset];
-  }
 }
 
 // The float64 reference path of the expansion (a float64 table or output):
@@ -192,7 +167,8 @@ void expand_f64(const Tensor& table, std::int64_t i, std::int64_t j, std::int64_
   for (std::int64_t flat = 0; flat < rows; ++flat) {
     const std::int64_t h = flat / i, q = j - i + flat % i;
     for (std::int64_t c = 0; c < j; ++c) {
-      const double v = element(table, h * s0 + (centre + q - c) * s1);
+      const double v =
+          detail::load_element(table.raw_data(), table.dtype(), h * s0 + (centre + q - c) * s1);
       const std::int64_t at = flat * j + c;
       if (dtype == DType::kFloat64) {
         static_cast<double*>(out)[at] = v;
@@ -242,22 +218,10 @@ void expand_distance_table_into(const Tensor& table, std::int64_t i, std::int64_
   const std::int64_t entry_stride = table.strides()[1];
   const std::int64_t top = shape.centre + j - 1;  // R[0]
   const detail::TableFill fill = [&](std::int64_t k0, std::int64_t n, float* dst) {
-    switch (table.dtype()) {
-      case DType::kFloat32:
-        fill_reversed(table.data<float>(), heads, head_stride, entry_stride, top, k0, n, dst);
-        break;
-      case DType::kBFloat16:
-        fill_reversed(table.data<bfloat16>(), heads, head_stride, entry_stride, top, k0, n, dst);
-        break;
-      case DType::kFloat16:
-        fill_reversed(table.data<float16>(), heads, head_stride, entry_stride, top, k0, n, dst);
-        break;
-      case DType::kFloat64:
-      case DType::kInt32:
-      case DType::kUInt8:
-      case DType::kBool:
-        detail::unsupported_dtype("distance table", table.dtype());
-    }
+    detail::with_float_type(table.dtype(), "distance table", [&](auto tag) {
+      using T = decltype(tag);
+      fill_reversed(table.data<T>(), heads, head_stride, entry_stride, top, k0, n, dst);
+    });
   };
   const std::size_t bytes = static_cast<std::size_t>(shape.count) * dtype_size(dtype);
   detail::expand_generated_table(heads, i, j, dtype, out, bytes >= detail::stream_threshold_bytes(),

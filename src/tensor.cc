@@ -16,25 +16,12 @@
 #include <utility>
 
 #include "checks.h"
+#include "dtype_dispatch.h"
 
 namespace posbias {
-namespace {
+namespace detail {
 
-std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& shape) {
-  // A tensor with a zero extent may have other extents whose product
-  // overflows int64 (Tensor::empty({0, 1 << 62, 1 << 30}) is legal): its
-  // strides are never used to address anything, so they saturate instead of
-  // overflowing (found by UBSan, tests/unit/tensor_limits_test.cc).
-  std::vector<std::int64_t> strides(shape.size(), 1);
-  for (std::size_t d = shape.size(); d-- > 1;) {
-    if (__builtin_mul_overflow(strides[d], std::max<std::int64_t>(shape[d], 1), &strides[d - 1])) {
-      strides[d - 1] = std::numeric_limits<std::int64_t>::max();
-    }
-  }
-  return strides;
-}
-
-double load_as_double(const void* base, DType dtype, std::int64_t index) {
+double load_element(const void* base, DType dtype, std::int64_t index) {
   switch (dtype) {
     case DType::kFloat32:
       return static_cast<const float*>(base)[index];
@@ -53,13 +40,9 @@ double load_as_double(const void* base, DType dtype, std::int64_t index) {
   return 0.0;
 }
 
-float load_as_float(const void* base, DType dtype, std::int64_t index) {
-  return static_cast<float>(load_as_double(base, dtype, index));
-}
-
 // An integer dtype stores the value rounded to the nearest integer and
 // clamped to its range (NaN as 0); bool stores v != 0.
-void store_from_double(void* base, DType dtype, std::int64_t index, double v) {
+void store_element(void* base, DType dtype, std::int64_t index, double v) {
   const auto integral = [v](double lo, double hi) {
     return std::isnan(v) ? 0.0 : std::clamp(std::nearbyint(v), lo, hi);
   };
@@ -89,8 +72,33 @@ void store_from_double(void* base, DType dtype, std::int64_t index, double v) {
   }
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::load_element;
+using detail::store_element;
+
+std::vector<std::int64_t> row_major_strides(const std::vector<std::int64_t>& shape) {
+  // A tensor with a zero extent may have other extents whose product
+  // overflows int64 (Tensor::empty({0, 1 << 62, 1 << 30}) is legal): its
+  // strides are never used to address anything, so they saturate instead of
+  // overflowing (found by UBSan, tests/unit/tensor_limits_test.cc).
+  std::vector<std::int64_t> strides(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) {
+    if (__builtin_mul_overflow(strides[d], std::max<std::int64_t>(shape[d], 1), &strides[d - 1])) {
+      strides[d - 1] = std::numeric_limits<std::int64_t>::max();
+    }
+  }
+  return strides;
+}
+
+float load_as_float(const void* base, DType dtype, std::int64_t index) {
+  return static_cast<float>(load_element(base, dtype, index));
+}
+
 void store_from_float(void* base, DType dtype, std::int64_t index, float v) {
-  store_from_double(base, dtype, index, v);
+  store_element(base, dtype, index, v);
 }
 
 template <typename T>
@@ -403,7 +411,7 @@ Tensor Tensor::to(DType dtype) const {
   std::int64_t k = 0;
   void* dst = out.raw_mutable_data();
   for_each_index(shape_, strides_, offset_, [&](std::int64_t pos) {
-    store_from_double(dst, dtype, k++, load_as_double(storage_.get(), dtype_, pos));
+    store_element(dst, dtype, k++, load_element(storage_.get(), dtype_, pos));
   });
   // 16-bit -> 16-bit of the same type copies bits exactly: the float32
   // round trip of a bfloat16 or float16 value is exact.

@@ -142,25 +142,40 @@ HWY_INLINE void PackRowT(const T* src, std::int64_t stride, std::int64_t n, floa
   }
 }
 
-// dst[0..n) = mul * base[offset + x * stride] (of dtype dt) as float32.
-inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_t stride,
-                    std::int64_t n, float mul, float* dst) {
+// f(T()) with T the element type of a float32, bfloat16 or float16 tensor
+// (the API checks dtypes first: any other throws unsupported_dtype, which
+// inside a parallel region ends the process). The kernels' own copy of dtype_dispatch.h's
+// with_float_type: that one is compiled for the baseline, and GCC does not inline a lambda compiled
+// for this target into it (the lambda would be a call).
+template <class F>
+HWY_INLINE void VisitKvType(DType dt, const F& f) {
   switch (dt) {
-    case DType::kFloat32:
-      PackRowT(static_cast<const float*>(base) + offset, stride, n, mul, dst);
-      break;
     case DType::kBFloat16:
-      PackRowT(static_cast<const bfloat16*>(base) + offset, stride, n, mul, dst);
-      break;
+      f(bfloat16());
+      return;
     case DType::kFloat16:
-      PackRowT(static_cast<const float16*>(base) + offset, stride, n, mul, dst);
-      break;
+      f(float16());
+      return;
+    case DType::kFloat32:
+      f(float());
+      return;
     case DType::kFloat64:
     case DType::kInt32:
     case DType::kUInt8:
     case DType::kBool:
-      detail::unsupported_dtype("attention", dt);
+      break;
   }
+  detail::unsupported_dtype("attention kernel", dt);
+}
+
+// dst[0..n) = mul * base[offset + x * stride] (of dtype dt: float32,
+// bfloat16 or float16) as float32.
+inline void PackRow(const void* base, DType dt, std::int64_t offset, std::int64_t stride,
+                    std::int64_t n, float mul, float* dst) {
+  VisitKvType(dt, [&](auto tag) {
+    using T = decltype(tag);
+    PackRowT(static_cast<const T*>(base) + offset, stride, n, mul, dst);
+  });
 }
 
 // ALiBi folded into the score tile's store: row r of the tile adds
@@ -522,8 +537,9 @@ HWY_INLINE float BiasMaskMaxGeneral(DF df, const RowBias& rb, std::int64_t cols,
     } else if (rb.kind == FusedBias::kTable) {
       v = hn::Add(v, hn::LoadU(df, rb.window + x));
     }
-    auto in = hn::AndNot(hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, first - x))),
-                         hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, lim - x))));
+    auto in =
+        hn::AndNot(hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, first - x))),
+                   hn::FirstN(df, static_cast<std::size_t>(std::max<std::int64_t>(0, lim - x))));
     if (keep != nullptr) in = hn::And(in, hn::Ne(hn::LoadU(df, keep + x), hn::Zero(df)));
     v = hn::IfThenElse(in, v, ninf);
     hn::Store(v, df, s + x);

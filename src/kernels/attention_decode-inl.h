@@ -376,8 +376,8 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
     SoftmaxBlock(df, p, t, c0, cols, w);
     DecCross k_next;  // none after the task's last block
     if (next_keys > 0) {
-      k_next = DecCrossOf(k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2],
-                          next_keys);
+      k_next =
+          DecCrossOf(k.base + k.at[0] + (next_c0 - c0) * p.k_stride[2], p.k_stride[2], next_keys);
     }
     DecValues(df, p, t, dp, cols, v, w, &k_next);
     return;
@@ -410,17 +410,9 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
 void DirectBlock(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                  std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
                  std::int64_t next_keys, bool first, AttentionWork& w) {
-  switch (p.kv_dtype) {
-    case DType::kBFloat16:
-      DirectBlockT<bfloat16>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
-      break;
-    case DType::kFloat16:
-      DirectBlockT<float16>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
-      break;
-    default:
-      DirectBlockT<float>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
-      break;
-  }
+  VisitKvType(p.kv_dtype, [&](auto tag) {
+    DirectBlockT<decltype(tag)>(df, p, t, dp, c0, max_lim, cols, next_c0, next_keys, first, w);
+  });
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

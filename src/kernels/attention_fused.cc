@@ -167,20 +167,10 @@ HWY_INLINE void PVRowTile(DF df, const AttentionParams& p, const AttentionBlocki
     PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, op.vp, bl.dp, bl.dp);
     return;
   }
-  switch (p.kv_dtype) {
-    case DType::kBFloat16:
-      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const bfloat16*>(op.v_rows),
-                           op.ldv, bl.dp);
-      break;
-    case DType::kFloat16:
-      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const float16*>(op.v_rows),
-                           op.ldv, bl.dp);
-      break;
-    default:
-      PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const float*>(op.v_rows), op.ldv,
-                           bl.dp);
-      break;
-  }
+  VisitKvType(p.kv_dtype, [&](auto tag) {
+    PVRows<R, kAttnVecs>(df, w, rr, w.s.get(), cols, static_cast<const decltype(tag)*>(op.v_rows),
+                         op.ldv, bl.dp);
+  });
 }
 
 // S = (scale q) K^T for rows [rr, rr + R) over the keys they can see (on

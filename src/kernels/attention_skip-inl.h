@@ -119,17 +119,8 @@ HWY_INLINE void ScanRow(DF df, const AttentionParams& p, const AttentionTask& t,
     const auto scan = [&](const auto* src) {
       for (std::int64_t x = 0; x < d; x += lanes) f(LoadWide(df, src + x));
     };
-    switch (p.kv_dtype) {
-      case DType::kBFloat16:
-        scan(static_cast<const bfloat16*>(base) + at);
-        return;
-      case DType::kFloat16:
-        scan(static_cast<const float16*>(base) + at);
-        return;
-      default:
-        scan(static_cast<const float*>(base) + at);
-        return;
-    }
+    VisitKvType(p.kv_dtype, [&](auto tag) { scan(static_cast<const decltype(tag)*>(base) + at); });
+    return;
   }
   PackRow(base, p.kv_dtype, at, stride, d, 1.0f, row);
   std::int64_t x = 0;
@@ -357,17 +348,9 @@ bool FillBlockNorms(const AttentionParams& p, const AttentionBlocking& bl, bool 
     const std::size_t mine = static_cast<std::size_t>(omp_get_thread_num() * hk);
     float* m = most.data() + mine;
     char* f = finite.data() + mine;
-    switch (p.kv_dtype) {
-      case DType::kBFloat16:
-        MeasureBlockNorms<bfloat16>(p, t0, c0, c1, kb, m, f, table);
-        break;
-      case DType::kFloat16:
-        MeasureBlockNorms<float16>(p, t0, c0, c1, kb, m, f, table);
-        break;
-      default:
-        MeasureBlockNorms<float>(p, t0, c0, c1, kb, m, f, table);
-        break;
-    }
+    VisitKvType(p.kv_dtype, [&](auto tag) {
+      MeasureBlockNorms<decltype(tag)>(p, t0, c0, c1, kb, m, f, table);
+    });
   }
   count_block_norms(n);
   return true;

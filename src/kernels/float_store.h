@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "checks.h"
+#include "dtype_dispatch.h"
 #include "kernels/float_to.h"
 #include "posbias/dtype.h"
 
@@ -22,26 +23,13 @@ inline void store_floats_as(const float* src, std::size_t n, float mul, T* dst) 
 // themselves, copied bit for bit when dtype is float32). The callers check
 // dtypes first; any other dtype throws std::invalid_argument.
 inline void store_floats(const float* src, std::size_t n, float mul, DType dtype, void* dst) {
-  switch (dtype) {
-    case DType::kFloat32:
-      if (mul == 1.0f) {
-        if (n > 0) std::memcpy(dst, src, n * sizeof(float));
-      } else {
-        store_floats_as(src, n, mul, static_cast<float*>(dst));
-      }
-      break;
-    case DType::kBFloat16:
-      store_floats_as(src, n, mul, static_cast<bfloat16*>(dst));
-      break;
-    case DType::kFloat16:
-      store_floats_as(src, n, mul, static_cast<float16*>(dst));
-      break;
-    case DType::kFloat64:
-    case DType::kInt32:
-    case DType::kUInt8:
-    case DType::kBool:
-      detail::unsupported_dtype("float store", dtype);
+  if (dtype == DType::kFloat32 && mul == 1.0f) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+    return;
   }
+  with_float_type(dtype, "float store", [&](auto tag) {
+    store_floats_as(src, n, mul, static_cast<decltype(tag)*>(dst));
+  });
 }
 
 // The same at element `offset` of a dtype array (a row of a larger tensor).
