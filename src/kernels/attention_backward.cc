@@ -106,7 +106,7 @@ struct AttentionBwdShared {
 // across src/kernels (shared HWY_NAMESPACE).
 struct AttentionBwdWork {
   hwy::AlignedFreeUniquePtr<float[]> q, dout, k, kt, vt, dq, dk, dv, delta, lse, s, ds, tg, keep,
-      row, tmp;
+      row, vrows, tmp;
   // With sh.skip: per query row |q| (scaled) and whether its dO and D are
   // finite (1 / 0); per key |k| and whether its V row is finite.
   hwy::AlignedFreeUniquePtr<float[]> qnorm, row_ok, knorm, v_ok;
@@ -126,6 +126,7 @@ struct AttentionBwdWork {
         tg(Alloc(sh.bq * sh.bkp)),
         keep(Alloc(sh.jp)),
         row(Alloc(sh.dp)),
+        vrows(Alloc(static_cast<std::int64_t>(hn::MaxLanes(DF())) * sh.dp)),
         tmp(Alloc(64)),
         qnorm(Alloc(sh.skip ? sh.imax : 0)),
         row_ok(Alloc(sh.skip ? sh.imax : 0)),
@@ -208,27 +209,54 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     std::fill(keep + sq.j, keep + jend, 0.0f);
     hd.keep = keep;
   }
-  for (std::int64_t c = 0; c < sq.j; ++c) {
-    float* kr = w.k.get() + c * dp;
+  // Key c's K row into kr and its V row into vr (dp floats each, zero past
+  // d; zero rows for a masked key), with its norm and V's finiteness.
+  const auto pack_key = [&](std::int64_t c, float* kr, float* vr) {
     if (hd.keep != nullptr && hd.keep[c] == 0.0f) {
       std::fill(kr, kr + dp, 0.0f);
-      for (std::int64_t x = 0; x < d; ++x) kt[x * jp + c] = vt[x * jp + c] = 0.0f;
+      std::fill(vr, vr + dp, 0.0f);
       if (sh.skip) {
         w.knorm[c] = 0.0f;
         w.v_ok[c] = 1.0f;
       }
-      continue;
+      return;
     }
     const std::int64_t tok = sq.k_row0 + c;
     PackRow(p.k, p.kv_dtype, k_base + tok * p.k_stride[2], p.k_stride[3], d, 1.0f, kr);
-    for (std::int64_t x = d; x < dp; ++x) kr[x] = 0.0f;
-    for (std::int64_t x = 0; x < d; ++x) kt[x * jp + c] = kr[x];
-    PackRow(p.v, p.kv_dtype, v_base + tok * p.v_stride[2], p.v_stride[3], d, 1.0f, w.row.get());
-    for (std::int64_t x = 0; x < d; ++x) vt[x * jp + c] = w.row[static_cast<std::size_t>(x)];
+    PackRow(p.v, p.kv_dtype, v_base + tok * p.v_stride[2], p.v_stride[3], d, 1.0f, vr);
+    std::fill(kr + d, kr + dp, 0.0f);
+    std::fill(vr + d, vr + dp, 0.0f);
     if (sh.skip) {
       w.knorm[c] = RowNorm(DF(), kr, dp);
-      std::fill(w.row.get() + d, w.row.get() + dp, 0.0f);
-      w.v_ok[c] = PackedValuesFinite(DF(), w.row.get(), 1, dp) ? 1.0f : 0.0f;
+      w.v_ok[c] = PackedValuesFinite(DF(), vr, 1, dp) ? 1.0f : 0.0f;
+    }
+  };
+  // K^T and V^T: a group of a vector's lanes of keys at a time by register
+  // transposes where the target has them, the rest key by key.
+  constexpr std::size_t kN = hn::MaxLanes(DF());
+  constexpr auto n = static_cast<std::int64_t>(kN);
+  std::int64_t c = 0;
+  if constexpr (kTransposeSquare) {
+    const float* krows[kN];
+    const float* vrows[kN];
+    for (; c + n <= sq.j; c += n) {
+      for (std::int64_t u = 0; u < n; ++u) {
+        float* kr = w.k.get() + (c + u) * dp;
+        float* vr = w.vrows.get() + u * dp;
+        pack_key(c + u, kr, vr);
+        krows[u] = kr;
+        vrows[u] = vr;
+      }
+      TransposeRowGroup(DF(), krows, d, kt + c, jp);
+      TransposeRowGroup(DF(), vrows, d, vt + c, jp);
+    }
+  }
+  for (; c < sq.j; ++c) {
+    float* kr = w.k.get() + c * dp;
+    pack_key(c, kr, w.row.get());
+    for (std::int64_t x = 0; x < d; ++x) {
+      kt[x * jp + c] = kr[x];
+      vt[x * jp + c] = w.row[static_cast<std::size_t>(x)];
     }
   }
   std::fill(w.k.get() + sq.j * dp, w.k.get() + jend * dp, 0.0f);

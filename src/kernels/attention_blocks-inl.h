@@ -142,6 +142,78 @@ HWY_INLINE void PackRowT(const T* src, std::int64_t stride, std::int64_t n, floa
   }
 }
 
+// The kLanes x kLanes floats at column x of rows src[0 .. kLanes) (8 or 16
+// lanes), transposed: out[i] holds element x + i of every row, in row
+// order. Interleaves within 128-bit blocks make a 4 x 4 transpose of each
+// 4-row group (u[g][i], block k: element x + 4k + i of rows 4g ... 4g + 3),
+// then out[4k + i] gathers block k of u[0][i], u[1][i], ...: halves with
+// 8 lanes; with 16, blocks swapped pairwise, then halves.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // 8 or 16 lanes
+constexpr bool kTransposeSquare = true;
+template <int N>
+HWY_INLINE void TransposeSquare(DF df, const float* const* src, std::int64_t x, VF* out) {
+  static_assert(N == 8 || N == 16, "8 or 16 lanes");
+  const hn::Repartition<double, DF> dd;
+  constexpr int kGroups = N / 4;
+  VF u[kGroups][4];
+  for (int g = 0; g < kGroups; ++g) {
+    const VF r0 = hn::LoadU(df, src[4 * g] + x), r1 = hn::LoadU(df, src[4 * g + 1] + x);
+    const VF r2 = hn::LoadU(df, src[4 * g + 2] + x), r3 = hn::LoadU(df, src[4 * g + 3] + x);
+    const auto t0 = hn::BitCast(dd, hn::InterleaveLower(df, r0, r1));  // a0 b0 a1 b1
+    const auto t1 = hn::BitCast(dd, hn::InterleaveUpper(df, r0, r1));  // a2 b2 a3 b3
+    const auto t2 = hn::BitCast(dd, hn::InterleaveLower(df, r2, r3));  // c0 d0 c1 d1
+    const auto t3 = hn::BitCast(dd, hn::InterleaveUpper(df, r2, r3));  // c2 d2 c3 d3
+    u[g][0] = hn::BitCast(df, hn::InterleaveLower(dd, t0, t2));        // a0 b0 c0 d0
+    u[g][1] = hn::BitCast(df, hn::InterleaveUpper(dd, t0, t2));        // a1 b1 c1 d1
+    u[g][2] = hn::BitCast(df, hn::InterleaveLower(dd, t1, t3));
+    u[g][3] = hn::BitCast(df, hn::InterleaveUpper(dd, t1, t3));
+  }
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (N == 8) {
+      out[i] = hn::ConcatLowerLower(df, u[1][i], u[0][i]);
+      out[4 + i] = hn::ConcatUpperUpper(df, u[1][i], u[0][i]);
+    } else {
+      // [u0 b0, u1 b0, u0 b2, u1 b2] and [u0 b1, u1 b1, u0 b3, u1 b3]; the
+      // same of u2, u3; then their lower and upper halves.
+      const VF e01 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[1][i]), u[0][i]);
+      const VF o01 = hn::OddEvenBlocks(u[1][i], hn::SwapAdjacentBlocks(u[0][i]));
+      const VF e23 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[3][i]), u[2][i]);
+      const VF o23 = hn::OddEvenBlocks(u[3][i], hn::SwapAdjacentBlocks(u[2][i]));
+      out[i] = hn::ConcatLowerLower(df, e23, e01);
+      out[4 + i] = hn::ConcatLowerLower(df, o23, o01);
+      out[8 + i] = hn::ConcatUpperUpper(df, e23, e01);
+      out[12 + i] = hn::ConcatUpperUpper(df, o23, o01);
+    }
+  }
+}
+#else
+constexpr bool kTransposeSquare = false;
+#endif
+
+// dst[x * ld + u] = rows[u][x] for the MaxLanes rows u and x < d: a group of
+// rows as that many columns of a transposed block (K^T, V^T). With
+// kTransposeSquare a vector of each row at a time (TransposeSquare: one
+// load and one store a vector, where the element-by-element copy took a
+// load and a store an element), the last d % lanes element by element.
+HWY_INLINE void TransposeRowGroup(DF df, const float* const* rows, std::int64_t d, float* dst,
+                                  std::int64_t ld) {
+  constexpr std::size_t kN = hn::MaxLanes(DF());
+  constexpr auto n = static_cast<std::int64_t>(kN);
+  std::int64_t x = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  for (; x + n <= d; x += n) {
+    VF cols[kN];
+    TransposeSquare<static_cast<int>(kN)>(df, rows, x, cols);
+    for (std::int64_t i = 0; i < n; ++i) hn::StoreU(cols[i], df, dst + (x + i) * ld);
+  }
+#else
+  (void)df;
+#endif
+  for (; x < d; ++x) {
+    for (std::int64_t u = 0; u < n; ++u) dst[x * ld + u] = rows[u][x];
+  }
+}
+
 // f(T()) with T the element type of a float32, bfloat16 or float16 tensor
 // (the API checks dtypes first: any other throws unsupported_dtype, which
 // inside a parallel region ends the process). The kernels' own copy of dtype_dispatch.h's

@@ -27,52 +27,6 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The kLanes x kLanes floats at column x of rows src[0 .. kLanes) (8 or 16
-// lanes), transposed: out[i] holds element x + i of every row, in row
-// order. Interleaves within 128-bit blocks make a 4 x 4 transpose of each
-// 4-row group (u[g][i], block k: element x + 4k + i of rows 4g ... 4g + 3),
-// then out[4k + i] gathers block k of u[0][i], u[1][i], ...: halves with
-// 8 lanes; with 16, blocks swapped pairwise, then halves.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // 8 or 16 lanes
-#define POSBIAS_TRANSPOSE_SQUARE 1
-template <int N>
-HWY_INLINE void TransposeSquare(DF df, const float* const* src, std::int64_t x, VF* out) {
-  static_assert(N == 8 || N == 16, "8 or 16 lanes");
-  const hn::Repartition<double, DF> dd;
-  constexpr int kGroups = N / 4;
-  VF u[kGroups][4];
-  for (int g = 0; g < kGroups; ++g) {
-    const VF r0 = hn::LoadU(df, src[4 * g] + x), r1 = hn::LoadU(df, src[4 * g + 1] + x);
-    const VF r2 = hn::LoadU(df, src[4 * g + 2] + x), r3 = hn::LoadU(df, src[4 * g + 3] + x);
-    const auto t0 = hn::BitCast(dd, hn::InterleaveLower(df, r0, r1));  // a0 b0 a1 b1
-    const auto t1 = hn::BitCast(dd, hn::InterleaveUpper(df, r0, r1));  // a2 b2 a3 b3
-    const auto t2 = hn::BitCast(dd, hn::InterleaveLower(df, r2, r3));  // c0 d0 c1 d1
-    const auto t3 = hn::BitCast(dd, hn::InterleaveUpper(df, r2, r3));  // c2 d2 c3 d3
-    u[g][0] = hn::BitCast(df, hn::InterleaveLower(dd, t0, t2));        // a0 b0 c0 d0
-    u[g][1] = hn::BitCast(df, hn::InterleaveUpper(dd, t0, t2));        // a1 b1 c1 d1
-    u[g][2] = hn::BitCast(df, hn::InterleaveLower(dd, t1, t3));
-    u[g][3] = hn::BitCast(df, hn::InterleaveUpper(dd, t1, t3));
-  }
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (N == 8) {
-      out[i] = hn::ConcatLowerLower(df, u[1][i], u[0][i]);
-      out[4 + i] = hn::ConcatUpperUpper(df, u[1][i], u[0][i]);
-    } else {
-      // [u0 b0, u1 b0, u0 b2, u1 b2] and [u0 b1, u1 b1, u0 b3, u1 b3]; the
-      // same of u2, u3; then their lower and upper halves.
-      const VF e01 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[1][i]), u[0][i]);
-      const VF o01 = hn::OddEvenBlocks(u[1][i], hn::SwapAdjacentBlocks(u[0][i]));
-      const VF e23 = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(u[3][i]), u[2][i]);
-      const VF o23 = hn::OddEvenBlocks(u[3][i], hn::SwapAdjacentBlocks(u[2][i]));
-      out[i] = hn::ConcatLowerLower(df, e23, e01);
-      out[4 + i] = hn::ConcatLowerLower(df, o23, o01);
-      out[8 + i] = hn::ConcatUpperUpper(df, e23, e01);
-      out[12 + i] = hn::ConcatUpperUpper(df, o23, o01);
-    }
-  }
-}
-#endif
-
 // K^T of float32 key rows [c0, c0 + keys) whose elements are contiguous,
 // kLanes keys by kLanes elements at a time (TransposeSquare: one load and
 // one store per vector, where the element-by-element copy took a load and
@@ -80,11 +34,10 @@ HWY_INLINE void TransposeSquare(DF df, const float* const* src, std::int64_t x, 
 // every column of d, the last d % kLanes element by element).
 std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
                                 std::int64_t keys, std::int64_t ld, bool far, float* kt) {
-#ifndef POSBIAS_TRANSPOSE_SQUARE
-  (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)far, (void)kt;
-  return 0;
-#else
-  {
+  if constexpr (!kTransposeSquare) {
+    (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)far, (void)kt;
+    return 0;
+  } else {
     constexpr std::size_t kN = hn::MaxLanes(DF());
     constexpr auto n = static_cast<std::int64_t>(kN);
     const DF df;
@@ -111,20 +64,10 @@ std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t
           }
         }
       }
-      std::int64_t x = 0;
-      for (; x + n <= d; x += n) {
-        VF cols[kN];
-        TransposeSquare<static_cast<int>(kN)>(df, rows, x, cols);
-        for (std::int64_t i = 0; i < n; ++i) hn::StoreU(cols[i], df, kt + (x + i) * ld + c);
-      }
-      for (; x < d; ++x) {
-        for (std::int64_t u = 0; u < n; ++u) kt[x * ld + c + u] = rows[u][x];
-      }
+      TransposeRowGroup(df, rows, d, kt + c, ld);
     }
     return c;
   }
-#undef POSBIAS_TRANSPOSE_SQUARE
-#endif
 }
 
 // Key rows [c0, c0 + keys) as K^T [d][ld] (zero columns up to ld) and,
@@ -162,7 +105,7 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
   for (std::int64_t c = 0; c < keys; ++c) {
     float* vrow = vp != nullptr ? vp + c * dp : nullptr;
     if (far && c + kAhead < keys) prefetch_key(c + kAhead);
-    if (c >= done) {  // K^T element by element
+    if (c >= done) {                  // K^T element by element
       if (KeyMasked(p, t, c0 + c)) {  // never read: zeros
         for (std::int64_t x = 0; x < d; ++x) kt[x * ld + c] = 0.0f;
         std::fill(vrow, vrow + dp, 0.0f);
