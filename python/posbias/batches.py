@@ -29,7 +29,8 @@ def check_window(who: str, window) -> Tuple[int, int]:
 
 def _check_common(who, tensors, causal, softcap, scale):
     for name, t in tensors.items():
-        if t is not None:
+        # The common case without formatting a name; check_tensor says what is wrong.
+        if t is not None and not (isinstance(t, torch.Tensor) and t.is_cpu):
             _checks.check_tensor(f"{who}: {name}", t)
     if not isinstance(causal, bool):
         raise TypeError(f"posbias: {who}: causal must be a bool, got {type(causal).__name__}")

@@ -153,12 +153,20 @@ class FakeCuda(torch.Tensor):
     def device(self):
         return torch.device("cuda", 0)
 
+    @property
+    def is_cpu(self):  # what the checks read first (a real CUDA tensor's is False)
+        return False
+
 
 def test_cuda_tensor_says_cpu_only():
     q = torch.randn(1, 2, 3, 4).as_subclass(FakeCuda)
-    assert q.device.type == "cuda"
+    assert q.device.type == "cuda" and not q.is_cpu
     with pytest.raises(ValueError, match="q is on cuda:0.*posbias is CPU-only"):
         posbias.attention(q, q, q)
+    cache = torch.randn(2, 4, 1, 4)
+    with pytest.raises(ValueError, match="k_cache is on cuda:0.*posbias is CPU-only"):
+        posbias.attention_with_kvcache(torch.randn(1, 1, 1, 4), cache.as_subclass(FakeCuda), cache,
+                                       torch.tensor([1], dtype=torch.int32))
     with pytest.raises(ValueError, match="posbias is CPU-only"):
         posbias.attention_lse(q, q, q)
 
