@@ -15,7 +15,9 @@
 // position's kv heads side by side as in a paged cache: its tasks hold
 // several kv heads, as the paged decode's do), prefill_causal,
 // prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), prefill_nobias
-// (prefill_causal without a bias), paged_decode (the
+// (prefill_causal without a bias), prefill_bf16kv (prefill_causal with K
+// and V in bfloat16, q float32), prefill_gqa_f16kv (causal ALiBi, h 32 on
+// 8 kv heads, i = j = 2048, d 128, K and V in float16), paged_decode (the
 // bench's paged_decode_alibi_b8_h32_hk8_d128_block16 call), paged_append
 // paged_append_contiguous and paged_append_slab (the
 // paged_append_alibi_b4_i128_h32_hk8_d128_block16 call and its baselines,
@@ -71,6 +73,8 @@ const std::map<std::string, LoopCase>& loop_cases() {
       {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},
       {"prefill_noncausal", {16, 16, 2048, 2048, 64, DType::kFloat32, false}},
       {"prefill_nobias", {16, 16, 2048, 2048, 64, DType::kFloat32, true, false, false}},
+      {"prefill_bf16kv", {16, 16, 2048, 2048, 64, DType::kBFloat16, true}},
+      {"prefill_gqa_f16kv", {32, 8, 2048, 2048, 128, DType::kFloat16, true}},
   };
   return cases;
 }
