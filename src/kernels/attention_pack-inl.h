@@ -27,42 +27,56 @@ namespace posbias::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// K^T of float32 key rows [c0, c0 + keys) whose elements are contiguous,
-// kLanes keys by kLanes elements at a time (TransposeSquare: one load and
-// one store per vector, where the element-by-element copy took a load and
-// a store per element); returns the keys done (a multiple of the lanes;
-// every column of d, the last d % kLanes element by element).
+// K^T [d][ld] of key rows [c0, c0 + keys), a vector's lanes of keys at a time
+// (TransposeRowGroup: one load and one store per vector, where the
+// element-by-element copy took a load and a store per element): float32
+// rows with contiguous elements and no key mask read in place, the others
+// first widened (a masked key as zeros) into `group`, MaxLanes rows of d
+// floats. Returns the keys done, a multiple of the lanes (0 where the
+// target has no register transposes).
 std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t, std::int64_t c0,
-                                std::int64_t keys, std::int64_t ld, bool far, float* kt) {
+                                std::int64_t keys, std::int64_t ld, bool far, float* kt,
+                                float* group) {
   if constexpr (!kTransposeSquare) {
-    (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)far, (void)kt;
+    (void)p, (void)t, (void)c0, (void)keys, (void)ld, (void)far, (void)kt, (void)group;
     return 0;
   } else {
     constexpr std::size_t kN = hn::MaxLanes(DF());
     constexpr auto n = static_cast<std::int64_t>(kN);
     const DF df;
     const std::int64_t d = p.d;
-    const float* k = static_cast<const float*>(p.k);
-    std::int64_t c = 0;
-    const float* rows[kN];
-    const float* next[kN];
-    const auto rows_at = [&](std::int64_t c1, const float** out) {
-      for (std::size_t u = 0; u < kN; ++u) {
-        out[u] = k + KeyRowAt(p, t, c0 + c1 + static_cast<std::int64_t>(u), false);
-      }
+    const std::size_t esize = dtype_size(p.kv_dtype);
+    const bool in_place =
+        p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1 && p.key_mask == nullptr;
+    const auto row_at = [&](std::int64_t c) {
+      return static_cast<const char*>(p.k) +
+             static_cast<std::size_t>(KeyRowAt(p, t, c0 + c, false)) * esize;
     };
-    if (n <= keys) rows_at(0, next);
+    const float* rows[kN];
+    std::int64_t c = 0;
     for (; c + n <= keys; c += n) {
-      std::copy(next, next + kN, rows);
-      if (c + 2 * n <= keys) {
-        rows_at(c + n, next);
-        // Rows a page apart (a paged cache): the next group's lines into
-        // the caches while this one is transposed.
-        if (far) {
-          for (std::size_t u = 0; u < kN; ++u) {
-            for (std::int64_t b = 0; b < d; b += 16) hwy::Prefetch(next[u] + b);
+      // Rows a page apart (a paged cache): the next group's lines into the
+      // caches while this one is transposed.
+      if (far && c + 2 * n <= keys) {
+        for (std::int64_t u = 0; u < n; ++u) {
+          const char* next = row_at(c + n + u);
+          for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64) {
+            hwy::Prefetch(next + b);
           }
         }
+      }
+      for (std::int64_t u = 0; u < n; ++u) {
+        if (in_place) {
+          rows[u] = reinterpret_cast<const float*>(row_at(c + u));
+          continue;
+        }
+        float* g = group + u * d;
+        if (KeyMasked(p, t, c0 + c + u)) {
+          std::fill(g, g + d, 0.0f);
+        } else {
+          PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c + u, false), p.k_stride[3], d, 1.0f, g);
+        }
+        rows[u] = g;
       }
       TransposeRowGroup(df, rows, d, kt + c, ld);
     }
@@ -89,11 +103,9 @@ void PackKeyBlock(const AttentionParams& p, const AttentionTask& t, std::int64_t
     for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64)
       hwy::Prefetch(row + b);
   };
-  // Float32 keys in place, no key mask: K^T by register transposes, so
-  // only V (where it is packed) and the last keys go row by row.
-  const bool transposed =
-      p.kv_dtype == DType::kFloat32 && p.k_stride[3] == 1 && p.key_mask == nullptr;
-  const std::int64_t done = transposed ? PackKeysTransposed(p, t, c0, keys, ld, far, kt) : 0;
+  // K^T by register transposes, so that only V (where it is packed) and
+  // the last keys go row by row (tmp: MaxLanes rows of d floats).
+  const std::int64_t done = PackKeysTransposed(p, t, c0, keys, ld, far, kt, tmp);
   // The rows still to read: K's past those transposed, V's where packed.
   const auto prefetch_key = [&](std::int64_t c) {
     if (c >= done) prefetch_row(p.k, KeyRowAt(p, t, c0 + c, false));

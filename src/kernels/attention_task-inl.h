@@ -100,7 +100,7 @@ struct AttentionWork {
   std::vector<std::int64_t> k_at, v_at;     // decode: where the block's key and value rows are
   AttentionHeadPack pack;
   AttentionWork(std::int64_t bq, std::int64_t bkp, std::int64_t d, std::int64_t dp)
-      : row(allocate_scratch<float>(d, kWhat)),
+      : row(allocate_scratch<float>(static_cast<std::int64_t>(hn::MaxLanes(DF())) * d, kWhat)),
         q(allocate_scratch<float>(bq * d, kWhat)),
         kt(allocate_scratch<float>(d * bkp, kWhat)),
         v(allocate_scratch<float>(bkp * dp, kWhat)),
