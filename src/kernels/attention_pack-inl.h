@@ -52,35 +52,41 @@ std::int64_t PackKeysTransposed(const AttentionParams& p, const AttentionTask& t
       return static_cast<const char*>(p.k) +
              static_cast<std::size_t>(KeyRowAt(p, t, c0 + c, false)) * esize;
     };
-    const float* rows[kN];
-    std::int64_t c = 0;
-    for (; c + n <= keys; c += n) {
-      // Rows a page apart (a paged cache): the next group's lines into the
-      // caches while this one is transposed.
-      if (far && c + 2 * n <= keys) {
-        for (std::int64_t u = 0; u < n; ++u) {
-          const char* next = row_at(c + n + u);
-          for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64) {
-            hwy::Prefetch(next + b);
+    // The group loop, compiled for rows in place and for widened rows.
+    const auto run = [&](auto in_place_tag) {
+      constexpr bool kInPlace = decltype(in_place_tag)::value;
+      const float* rows[kN];
+      std::int64_t c = 0;
+      for (; c + n <= keys; c += n) {
+        // Rows a page apart (a paged cache): the next group's lines into
+        // the caches while this one is transposed.
+        if (far && c + 2 * n <= keys) {
+          for (std::int64_t u = 0; u < n; ++u) {
+            const char* next = row_at(c + n + u);
+            for (std::size_t b = 0; b < static_cast<std::size_t>(d) * esize; b += 64) {
+              hwy::Prefetch(next + b);
+            }
           }
         }
-      }
-      for (std::int64_t u = 0; u < n; ++u) {
-        if (in_place) {
-          rows[u] = reinterpret_cast<const float*>(row_at(c + u));
-          continue;
+        for (std::int64_t u = 0; u < n; ++u) {
+          if constexpr (kInPlace) {
+            rows[u] = reinterpret_cast<const float*>(row_at(c + u));
+          } else {
+            float* g = group + u * d;
+            if (KeyMasked(p, t, c0 + c + u)) {
+              std::fill(g, g + d, 0.0f);
+            } else {
+              PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c + u, false), p.k_stride[3], d, 1.0f,
+                      g);
+            }
+            rows[u] = g;
+          }
         }
-        float* g = group + u * d;
-        if (KeyMasked(p, t, c0 + c + u)) {
-          std::fill(g, g + d, 0.0f);
-        } else {
-          PackRow(p.k, p.kv_dtype, KeyRowAt(p, t, c0 + c + u, false), p.k_stride[3], d, 1.0f, g);
-        }
-        rows[u] = g;
+        TransposeRowGroup(df, rows, d, kt + c, ld);
       }
-      TransposeRowGroup(df, rows, d, kt + c, ld);
-    }
-    return c;
+      return c;
+    };
+    return in_place ? run(std::true_type()) : run(std::false_type());
   }
 }
 
