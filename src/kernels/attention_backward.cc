@@ -388,12 +388,9 @@ void BwdBlock(DF df, const AttentionParams& p, const AttentionBwdShared& sh, Att
     BwdRow(df, p, hd, qr, qpos, c0, b0, e0, bcp, lse, w.delta[static_cast<std::size_t>(qr)], srow,
            dsrow, w.tg.get() + r * ld, w.tmp.get());
   }
-  MulAddRows(df, bc, dp, br, s, 1, ld, w.dout.get() + r0 * dp, dp, TileInit::kAdd, hd.dv + c0 * dp,
-             dp);
-  MulAddRows(df, bc, dp, br, ds, 1, ld, w.q.get() + r0 * dp, dp, TileInit::kAdd, hd.dk + c0 * dp,
-             dp);
-  MulAddRows(df, br, dp, bc, ds, ld, 1, w.k.get() + c0 * dp, dp, TileInit::kAdd,
-             w.dq.get() + r0 * dp, dp);
+  MulAddRows(df, bc, dp, br, s, 1, ld, w.dout.get() + r0 * dp, dp, hd.dv + c0 * dp, dp);
+  MulAddRows(df, bc, dp, br, ds, 1, ld, w.q.get() + r0 * dp, dp, hd.dk + c0 * dp, dp);
+  MulAddRows(df, br, dp, bc, ds, ld, 1, w.k.get() + c0 * dp, dp, w.dq.get() + r0 * dp, dp);
 }
 
 // Whether query rows [r0, r0 + br) get P = 0 from every key of [c0, c0 +

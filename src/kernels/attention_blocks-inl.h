@@ -8,8 +8,9 @@
 //                 the bias of one query row over one key block, added to its
 //                 scores with the mask of the keys it cannot see (-inf), and
 //                 the row max
-//   MulAddRows    C (=, +=, = alpha C +) A B over strided A: P V and the
-//                 backward's gradient products
+//   MulAddRows    C += A B over strided A: the backward's gradient
+//                 products (the forward's P V tile is PVRows, built on
+//                 the same MulAddTile)
 //
 // and the row store is store_floats (float_store.h). The forward's online
 // softmax over these scores is in attention_softmax-inl.h, the exp in
@@ -49,7 +50,6 @@ using VF = hn::Vec<DF>;
 
 // Register tile: rows x vectors. AVX-512 has 32 vector registers, AVX2 and
 // SSE 16.
-constexpr int kAttnRows = 4;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr int kAttnVecs = 4;
 #else
@@ -61,8 +61,8 @@ constexpr int kAttnVecs = 2;
 // broadcast: 15 of 16 registers), 24 on AVX-512 (29 of 32). Twelve
 // independent FMA chains cover the FMA latency (4 cycles x 2 pipes on Zen 3,
 // 4 x 2 on Skylake-X) with room, where 4 rows (8 on AVX2) were just at it;
-// and each vector load serves 6 broadcasts instead of 4. The backward keeps
-// kAttnRows.
+// and each vector load serves 6 broadcasts instead of 4. The backward's
+// products (QKAllRows, MulAddRows) use the same height.
 constexpr int kFwdRows = 6;
 
 constexpr float kAttnNegInf = -std::numeric_limits<float>::infinity();
@@ -341,13 +341,10 @@ HWY_INLINE void QKAllRows(DF df, std::int64_t rows, const float* q, std::int64_t
                           std::int64_t d, const float* kt, std::int64_t ld, std::int64_t cols,
                           float* s, std::int64_t lds) {
   const AlibiFold none;
-  std::int64_t r = 0;
-  for (; r + kAttnRows <= rows; r += kAttnRows) {
-    QKRows<kAttnRows, false>(df, q + r * ldq, ldq, d, kt, ld, cols, s + r * lds, lds, none);
-  }
-  for (; r < rows; ++r) {
-    QKRows<1, false>(df, q + r * ldq, ldq, d, kt, ld, cols, s + r * lds, lds, none);
-  }
+  ForRowTiles<kFwdRows>(rows, [&](auto rows_tag, std::int64_t r) {
+    QKRows<decltype(rows_tag)::value, false>(df, q + r * ldq, ldq, d, kt, ld, cols, s + r * lds,
+                                             lds, none);
+  });
 }
 
 // How MulAddTile starts C.
@@ -408,20 +405,18 @@ HWY_INLINE void MulAddRowsOf(DF df, const float* a, std::int64_t a_row, std::int
   }
 }
 
-// C[rows][cols] (+)= A[rows][t_count] B[t_count][cols] (init kZero or
-// kAdd); cols a multiple of the vector length.
+// C[rows][cols] += A[rows][t_count] B[t_count][cols]; cols a multiple of
+// the vector length. Tiles of kFwdRows rows (the last rows one tile of
+// what remains), as the forward's: each B vector serves that many
+// broadcasts. A row's sums run in t's order whatever the tile, so the
+// tile's height changes no bit.
 HWY_INLINE void MulAddRows(DF df, std::int64_t rows, std::int64_t cols, std::int64_t t_count,
                            const float* a, std::int64_t a_row, std::int64_t a_t, const float* b,
-                           std::int64_t ldb, TileInit init, float* c, std::int64_t ldc) {
-  std::int64_t r = 0;
-  for (; r + kAttnRows <= rows; r += kAttnRows) {
-    MulAddRowsOf<kAttnRows>(df, a + r * a_row, a_row, a_t, b, ldb, t_count, init, nullptr,
-                            c + r * ldc, ldc, cols);
-  }
-  for (; r < rows; ++r) {
-    MulAddRowsOf<1>(df, a + r * a_row, a_row, a_t, b, ldb, t_count, init, nullptr, c + r * ldc, ldc,
-                    cols);
-  }
+                           std::int64_t ldb, float* c, std::int64_t ldc) {
+  ForRowTiles<kFwdRows>(rows, [&](auto rows_tag, std::int64_t r) {
+    MulAddRowsOf<decltype(rows_tag)::value>(df, a + r * a_row, a_row, a_t, b, ldb, t_count,
+                                            TileInit::kAdd, nullptr, c + r * ldc, ldc, cols);
+  });
 }
 
 // The bias of one query row over the key block starting at key c0.
