@@ -265,10 +265,8 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     std::fill(vt + x * jp + sq.j, vt + x * jp + jend, 0.0f);
   }
   std::fill(w.dq.get(), w.dq.get() + sq.i * dp, 0.0f);
-  if (sh.group == 1) {
-    std::fill(hd.dk, hd.dk + sq.j * dp, 0.0f);
-    std::fill(hd.dv, hd.dv + sq.j * dp, 0.0f);
-  }
+  std::fill(hd.dk, hd.dk + sq.j * dp, 0.0f);  // the task's own rows (group > 1: of sh.dkf)
+  std::fill(hd.dv, hd.dv + sq.j * dp, 0.0f);
 }
 
 // One row against the block's keys [c0, c0 + bcp): columns [b0, e0) are in
@@ -606,12 +604,16 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
   AttentionBwdShared sh = BwdSizes(p, block_q, block_k, tasks);
   const std::int64_t bh = p.b * p.h;
   const char* what = "the attention backward's per-head gradients";
-  std::vector<float> dkf, dvf, dtab, dslope;
+  std::vector<float> dtab, dslope;
+  // Grouped-query dK, dV per query head: uninitialised here, each task
+  // zeroes its own rows (PackBwdTask) while they are about to be used,
+  // rather than a pass over the whole [h, tokens, dp] here first.
+  hwy::AlignedFreeUniquePtr<float[]> dkf, dvf;
   if (sh.group > 1) {
-    resize_scratch(dkf, p.h * sh.tk * sh.dp, what, 0.0f);
-    resize_scratch(dvf, p.h * sh.tk * sh.dp, what, 0.0f);
-    sh.dkf = dkf.data();
-    sh.dvf = dvf.data();
+    dkf = allocate_scratch<float>(p.h * sh.tk * sh.dp, what);
+    dvf = allocate_scratch<float>(p.h * sh.tk * sh.dp, what);
+    sh.dkf = dkf.get();
+    sh.dvf = dvf.get();
   }
   if (p.dtable != nullptr) {
     resize_scratch(dtab, bh * (sh.tlen + 2 * sh.tpad), what, 0.0f);
