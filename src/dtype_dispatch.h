@@ -25,9 +25,9 @@ double load_element(const void* base, DType dtype, std::int64_t index);
 void store_element(void* base, DType dtype, std::int64_t index, double v);
 
 // f(T()) with T the element type of a float dtype: float for float32,
-// bfloat16, float16; with kDouble also double for float64. Any other dtype
-// throws unsupported_dtype(what, dtype) (the callers check dtypes first).
-template <bool kDouble = false, class F>
+// bfloat16, float16. Any other dtype (float64 included) throws
+// unsupported_dtype(what, dtype) (the callers check dtypes first).
+template <class F>
 inline decltype(auto) with_float_type(DType dtype, const char* what, F&& f) {
   switch (dtype) {
     case DType::kFloat32:
@@ -37,8 +37,6 @@ inline decltype(auto) with_float_type(DType dtype, const char* what, F&& f) {
     case DType::kFloat16:
       return f(float16());
     case DType::kFloat64:
-      if constexpr (kDouble) return f(double());
-      [[fallthrough]];
     case DType::kInt32:
     case DType::kUInt8:
     case DType::kBool:

@@ -216,9 +216,10 @@ HWY_INLINE void TransposeRowGroup(DF df, const float* const* rows, std::int64_t 
 
 // f(T()) with T the element type of a float32, bfloat16 or float16 tensor
 // (the API checks dtypes first: any other throws unsupported_dtype, which
-// inside a parallel region ends the process). The kernels' own copy of dtype_dispatch.h's
-// with_float_type: that one is compiled for the baseline, and GCC does not inline a lambda compiled
-// for this target into it (the lambda would be a call).
+// inside a parallel region ends the process). The kernels' own copy of
+// dtype_dispatch.h's with_float_type: that one is compiled for the
+// baseline, and GCC does not inline a lambda compiled for this target into
+// it (the lambda would be a call).
 template <class F>
 HWY_INLINE void VisitKvType(DType dt, const F& f) {
   switch (dt) {
