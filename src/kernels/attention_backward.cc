@@ -33,8 +33,10 @@
 // need no transposition) and B row-major (attention_blocks-inl.h).
 //
 // dK and dV: without grouped-query heads a task owns its kv head's rows and
-// stores them itself; with groups they are accumulated per query head in
-// float32 and summed over the group in a fixed order at the end. The table
+// stores them itself; with groups each query head's task accumulates its
+// own partial in float32 and adds it into its kv head's sum in head order
+// as the heads end (GroupSlots: whichever thread ends a head, the same
+// additions; the last head's stores the rows). The table
 // and slope gradients likewise per (sequence, head), summed over the
 // sequences in order: the result does not depend on the thread count.
 // Tasks are scheduled longest first (a packed batch's long sequences do not
@@ -80,6 +82,7 @@
 #include "kernels/attention_flush_bound-inl.h"
 #include "kernels/attention_fused.h"  // flushed_skips_enabled
 #include "kernels/float_store.h"
+#include "kernels/group_slots.h"
 #include "kernels/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -95,11 +98,10 @@ struct AttentionBwdShared {
   std::int64_t group = 1;           // query heads per kv head
   std::int64_t tk = 0;              // key tokens of the call (b j, or cu_k[b])
   std::int64_t tlen = 0, tpad = 0;  // table length 2 centre + 1; accumulator padding
-  float* dkf = nullptr;             // group > 1: [h, tk, dp] per query head
-  float* dvf = nullptr;
-  float* dtab = nullptr;    // [b h, tlen + 2 tpad] reversed diagonal sums, or null
-  float* dslope = nullptr;  // [b h], or null
-  bool skip = false;        // flushed blocks may be skipped (see the top of this file)
+  GroupSlots* slots = nullptr;      // group > 1: per query head dK, dV ([2, jmax, dp] a slot)
+  float* dtab = nullptr;            // [b h, tlen + 2 tpad] reversed diagonal sums, or null
+  float* dslope = nullptr;          // [b h], or null
+  bool skip = false;                // flushed blocks may be skipped (see the top of this file)
 };
 
 // Per-thread buffers (64-byte aligned). Names in this file are unique
@@ -435,6 +437,20 @@ std::int64_t FirstRowWhere(std::int64_t i, Pred pred) {
   return lo;
 }
 
+// acc += x over a row of dp floats; first: acc = (0 + acc) + x, the
+// grouped-query sum's first two additions (0 + head 0, then head 1), so
+// that every sum starts at +0 as a sum over the heads would.
+void BwdAddRow(DF df, float* HWY_RESTRICT acc, const float* HWY_RESTRICT x, std::int64_t dp,
+               bool first) {
+  const std::int64_t n = AttnLanes(df);
+  const VF zero = hn::Zero(df);
+  for (std::int64_t e = 0; e < dp; e += n) {
+    VF a = hn::Load(df, acc + e);
+    if (first) a = hn::Add(zero, a);
+    hn::Store(hn::Add(a, hn::Load(df, x + e)), df, acc + e);
+  }
+}
+
 // One (sequence, query head): key blocks outer, the query blocks whose rows
 // can see them inner; then dQ, and dK, dV without groups, are stored.
 void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_t s,
@@ -449,8 +465,13 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
   hd.tok0 = p.cu_k != nullptr ? sq.k_row0 : s * p.j;
   if (p.bias == FusedBias::kAlibi) hd.neg_slope = -slope_of(p, s, hh);
   if (p.bias == FusedBias::kTable) hd.rtab = p.rtable + hh * p.rtable_stride;
-  hd.dk = sh.group == 1 ? w.dk.get() : sh.dkf + (hh * sh.tk + hd.tok0) * sh.dp;
-  hd.dv = sh.group == 1 ? w.dv.get() : sh.dvf + (hh * sh.tk + hd.tok0) * sh.dp;
+  if (sh.group == 1) {
+    hd.dk = w.dk.get();
+    hd.dv = w.dv.get();
+  } else {
+    hd.dk = sh.slots->Acquire();
+    hd.dv = hd.dk + sh.jmax * sh.dp;
+  }
   if (sh.dtab != nullptr) hd.rgrad = sh.dtab + (s * p.h + hh) * (sh.tlen + 2 * sh.tpad) + sh.tpad;
   PackBwdTask(p, sh, hd, w);
   std::int64_t skipped = 0;  // (query block, key block) pairs skipped, flushed
@@ -497,6 +518,7 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
       std::fill(hd.dv + c * sh.dp, hd.dv + (c + 1) * sh.dp, 0.0f);
     }
   }
+  if (sh.dslope != nullptr) sh.dslope[s * p.h + hh] = hd.slope_grad;
   if (sh.group == 1) {
     for (std::int64_t c = 0; c < sq.j; ++c) {
       const std::size_t dst = static_cast<std::size_t>(BwdDkOffset(p, hd.tok0 + c, hd.kvh));
@@ -505,35 +527,27 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
       store_floats_at(hd.dv + c * sh.dp, static_cast<std::size_t>(p.d), 1.0f, p.kv_dtype, p.dv,
                       dst);
     }
+    return;
   }
-  if (sh.dslope != nullptr) sh.dslope[s * p.h + hh] = hd.slope_grad;
-}
-
-// Grouped-query dK, dV: sum the query heads of each kv head (fixed order),
-// round once.
-void ReduceKeyValueGrads(const AttentionParams& p, const AttentionBwdShared& sh, bool parallel) {
-  const std::int64_t kv_rows = sh.tk * p.hk;
-  const std::int64_t d = p.d;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> acc_k(static_cast<std::size_t>(d)), acc_v(static_cast<std::size_t>(d));
-#pragma omp for schedule(static)
-    for (std::int64_t row = 0; row < kv_rows; ++row) {
-      const std::int64_t t = row / p.hk, kvh = row % p.hk;
-      std::fill(acc_k.begin(), acc_k.end(), 0.0f);
-      std::fill(acc_v.begin(), acc_v.end(), 0.0f);
-      for (std::int64_t g = 0; g < sh.group; ++g) {
-        const std::int64_t at = ((kvh * sh.group + g) * sh.tk + t) * sh.dp;
-        for (std::int64_t x = 0; x < d; ++x) {
-          acc_k[static_cast<std::size_t>(x)] += sh.dkf[at + x];
-          acc_v[static_cast<std::size_t>(x)] += sh.dvf[at + x];
-        }
+  // Grouped-query: this head's partial into its kv head's sum, in head
+  // order (GroupSlots), key row by key row; the last head's addition
+  // stores each row as it is summed.
+  const auto add = [&](float* acc_k, const float* x_k, std::int64_t k) {
+    float* acc_v = acc_k + sh.jmax * sh.dp;
+    const float* x_v = x_k + sh.jmax * sh.dp;
+    for (std::int64_t c = 0; c < sq.j; ++c) {
+      const std::int64_t e = c * sh.dp;
+      BwdAddRow(df, acc_k + e, x_k + e, sh.dp, k == 1);
+      BwdAddRow(df, acc_v + e, x_v + e, sh.dp, k == 1);
+      if (k == sh.group - 1) {
+        const std::size_t dst = static_cast<std::size_t>(BwdDkOffset(p, hd.tok0 + c, hd.kvh));
+        const std::size_t d = static_cast<std::size_t>(p.d);
+        store_floats_at(acc_k + e, d, 1.0f, p.kv_dtype, p.dk, dst);
+        store_floats_at(acc_v + e, d, 1.0f, p.kv_dtype, p.dv, dst);
       }
-      const std::size_t dst = static_cast<std::size_t>(BwdDkOffset(p, t, kvh));
-      store_floats_at(acc_k.data(), static_cast<std::size_t>(d), 1.0f, p.kv_dtype, p.dk, dst);
-      store_floats_at(acc_v.data(), static_cast<std::size_t>(d), 1.0f, p.kv_dtype, p.dv, dst);
     }
-  }
+  };
+  sh.slots->Finish(s * p.hk + hd.kvh, hh % sh.group, hd.dk, add);
 }
 
 // The table and slope gradients: per (sequence, head) sums added over the
@@ -605,15 +619,12 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
   const std::int64_t bh = p.b * p.h;
   const char* what = "the attention backward's per-head gradients";
   std::vector<float> dtab, dslope;
-  // Grouped-query dK, dV per query head: uninitialised here, each task
-  // zeroes its own rows (PackBwdTask) while they are about to be used,
-  // rather than a pass over the whole [h, tokens, dp] here first.
-  hwy::AlignedFreeUniquePtr<float[]> dkf, dvf;
+  // Grouped-query dK, dV: per query head in slots that each task zeroes
+  // as it starts (PackBwdTask) and the group's sum reuses (GroupSlots).
+  std::unique_ptr<GroupSlots> slots;
   if (sh.group > 1) {
-    dkf = allocate_scratch<float>(p.h * sh.tk * sh.dp, what);
-    dvf = allocate_scratch<float>(p.h * sh.tk * sh.dp, what);
-    sh.dkf = dkf.get();
-    sh.dvf = dvf.get();
+    slots = std::make_unique<GroupSlots>(p.b * p.hk, sh.group, 2 * sh.jmax * sh.dp);
+    sh.slots = slots.get();
   }
   if (p.dtable != nullptr) {
     resize_scratch(dtab, bh * (sh.tlen + 2 * sh.tpad), what, 0.0f);
@@ -654,7 +665,6 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
     }
     errors.rethrow();
   }
-  if (sh.group > 1) ReduceKeyValueGrads(p, sh, parallel);
   ReduceBiasGrads(p, sh);
 }
 
