@@ -1,6 +1,7 @@
 // What the attention suite's case files share (attention_suite.cc: memory
 // and prefill; decode_cases.cc: decode against a KV cache; option_cases.cc,
-// varlen_cases.cc and kvcache_cases.cc: the options of issues 16 and 17):
+// varlen_cases.cc and kvcache_cases.cc: the options of issues 16 and 17;
+// backward_cases.cc: grouped-query training):
 // inputs, the visible (query, key) pairs that set a case's flops, the
 // same-run FMA peak every case's GFLOP/s are judged against, and the
 // issues' targets.
@@ -102,6 +103,10 @@ void option_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& 
 // Issue 16's packed variable-length sequences (varlen_cases.cc), forward
 // and backward.
 void varlen_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
+
+// Training with grouped-query heads (backward_cases.cc): the backward
+// against the same call on the kv heads repeated (multi-head).
+void backward_cases(const BenchOptions& o, FmaPeak& fma, std::vector<CaseResult>& out);
 
 // Issue 17's paged KV caches (kvcache_cases.cc): decode, chunked append
 // and a chunk of a chunked prefill.

@@ -364,6 +364,7 @@ std::vector<CaseResult> attention_suite(const BenchOptions& o) {
   decode_cases(o, fma, ggml.get(), ggml_why, out);
   kvcache_cases(o, fma, out);
   varlen_cases(o, fma, out);
+  backward_cases(o, fma, out);
   option_cases(o, fma, out);
   fma.judge(out);
   // Issue 17's prefill targets, against the FMA peak of this run.
