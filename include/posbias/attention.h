@@ -272,10 +272,12 @@ struct AttentionGradients {
 /// Threads: OpenMP over (sequence, head) tasks, longest sequences first (one
 /// task owns a head; fewer tasks than threads leaves threads idle); results
 /// do not depend on the thread count (the GQA and batch sums run in a fixed
-/// order). Memory: with grouped-query heads (hk < h), float32 dK and dV per
-/// query head ([b, h, j, d] each, summed into [b, hk, j, d] at the end);
-/// without, each task stores its own dK and dV. Plus per thread the packed
-/// q, dO, K, K^T, V^T and dQ of one head.
+/// order). Memory: with grouped-query heads (hk < h), each query head's
+/// float32 dK and dV ([j, d] each, j the longest sequence's in a packed
+/// call) until they are added into their kv head's sum, which happens in
+/// head order as the heads end: about (threads + 1) * (h / hk) such pairs
+/// at once, not b * h; without, each task stores its own dK and dV. Plus
+/// per thread the packed q, dO, K, K^T, V^T and dQ of one head.
 ///
 /// Errors: those of attention_forward(), plus std::invalid_argument with the
 /// shapes for an out, grad_out or lse of the wrong shape or dtype.

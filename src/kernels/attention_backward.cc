@@ -267,7 +267,7 @@ void PackBwdTask(const AttentionParams& p, const AttentionBwdShared& sh, Attenti
     std::fill(vt + x * jp + sq.j, vt + x * jp + jend, 0.0f);
   }
   std::fill(w.dq.get(), w.dq.get() + sq.i * dp, 0.0f);
-  std::fill(hd.dk, hd.dk + sq.j * dp, 0.0f);  // the task's own rows (group > 1: of sh.dkf)
+  std::fill(hd.dk, hd.dk + sq.j * dp, 0.0f);  // the task's own rows (group > 1: its slot's)
   std::fill(hd.dv, hd.dv + sq.j * dp, 0.0f);
 }
 
