@@ -660,7 +660,7 @@ void BwdRun(const AttentionParams& p, std::int64_t block_q, std::int64_t block_k
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t t = 0; t < count; ++t) {
         const std::int64_t task = tasks[static_cast<std::size_t>(t)];
-        if (!errors.failed()) BwdTask(p, sh, task / p.h, task % p.h, *work);
+        if (!errors.failed()) errors.run([&] { BwdTask(p, sh, task / p.h, task % p.h, *work); });
       }
     }
     errors.rethrow();

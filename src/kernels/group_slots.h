@@ -29,10 +29,13 @@ namespace posbias::detail {
 
 class GroupSlots {
  public:
-  // `groups` sums of `group` partials each, slot_floats floats a slot.
-  GroupSlots(std::int64_t groups, std::int64_t group, std::int64_t slot_floats)
+  // `groups` sums of `group` partials each, slot_floats floats a slot,
+  // allocated from `from` (malloc by default; tests pass one that fails).
+  GroupSlots(std::int64_t groups, std::int64_t group, std::int64_t slot_floats,
+             const ScratchAllocator& from = {})
       : group_(group),
         slot_floats_(slot_floats),
+        from_(from),
         next_(static_cast<std::size_t>(groups), 0),
         busy_(static_cast<std::size_t>(groups), 0),
         done_(static_cast<std::size_t>(groups * group), nullptr) {}
@@ -46,8 +49,8 @@ class GroupSlots {
       free_.pop_back();
       return slot;
     }
-    owned_.push_back(
-        allocate_scratch<float>(slot_floats_, "the attention backward's per-head dK and dV"));
+    owned_.push_back(allocate_scratch<float>(slot_floats_,
+                                             "the attention backward's per-head dK and dV", from_));
     return owned_.back().get();
   }
 
@@ -85,6 +88,7 @@ class GroupSlots {
  private:
   const std::int64_t group_;
   const std::int64_t slot_floats_;
+  const ScratchAllocator from_;
   std::mutex mutex_;
   std::vector<hwy::AlignedFreeUniquePtr<float[]>> owned_;
   std::vector<float*> free_;

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -118,6 +120,22 @@ TEST(GroupSlots, AGroupOfOneSlotTwoHeads) {
   EXPECT_EQ(finished[0], 0);
   slots.Finish(0, 0, a, Summer{2, &results, &finished, 0});
   expect_sums(results, finished, 2);
+}
+
+TEST(GroupSlots, ASlotThatCannotBeHadThrowsWithItsSize) {
+  // The backward calls Acquire inside its tasks, whose exceptions its
+  // ThreadErrors carries out of the parallel region.
+  ScratchAllocator fails;
+  fails.alloc = [](void*, std::size_t) -> void* { return nullptr; };
+  GroupSlots slots(1, 2, 1000, fails);
+  try {
+    slots.Acquire();
+    FAIL() << "no exception";
+  } catch (const std::length_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the attention backward's per-head dK and dV"), std::string::npos) << what;
+    EXPECT_NE(what.find("4000 bytes"), std::string::npos) << what;
+  }
 }
 
 TEST(GroupSlots, ManyThreadsSumEachGroupOnceInHeadOrder) {
