@@ -529,10 +529,9 @@ void BwdTask(const AttentionParams& p, const AttentionBwdShared& sh, std::int64_
     }
     return;
   }
-  // Grouped-query: this head's partial into its kv head's sum, in head
-  // order (GroupSlots), key row by key row; the last head's addition
-  // stores each row as it is summed. Whichever head's thread runs `add`,
-  // it reads only the group's sequence and kv head, the same for all.
+  // Grouped-query: this head's partial into its kv head's sum in head order
+  // (GroupSlots), row by row, the last head's addition storing each row;
+  // any head's `add` serves (it reads only the group's sequence, kv head).
   const auto add = [&](float* acc_k, const float* x_k, std::int64_t k) {
     float* acc_v = acc_k + sh.jmax * sh.dp;
     const float* x_v = x_k + sh.jmax * sh.dp;
