@@ -38,7 +38,11 @@ class GroupSlots {
         from_(from),
         next_(static_cast<std::size_t>(groups), 0),
         busy_(static_cast<std::size_t>(groups), 0),
-        done_(static_cast<std::size_t>(groups * group), nullptr) {}
+        done_(static_cast<std::size_t>(groups * group), nullptr) {
+    // Never more slots than partials: no reallocation inside the tasks.
+    owned_.reserve(done_.size());
+    free_.reserve(done_.size());
+  }
 
   // A slot (uninitialised): a freed one, or a new one. Thread-safe; throws
   // allocation_error when a new one cannot be had.
