@@ -96,7 +96,6 @@ struct AttentionBwdShared {
   std::int64_t imax = 0, jmax = 0;  // longest sequence's queries and keys
   std::int64_t jp = 0;              // packed key columns (whole blocks plus a vector)
   std::int64_t group = 1;           // query heads per kv head
-  std::int64_t tk = 0;              // key tokens of the call (b j, or cu_k[b])
   std::int64_t tlen = 0, tpad = 0;  // table length 2 centre + 1; accumulator padding
   GroupSlots* slots = nullptr;      // group > 1: per query head dK, dV ([2, jmax, dp] a slot)
   float* dtab = nullptr;            // [b h, tlen + 2 tpad] reversed diagonal sums, or null
@@ -589,7 +588,6 @@ AttentionBwdShared BwdSizes(const AttentionParams& p, std::int64_t block_q, std:
     sh.jmax = std::max(sh.jmax, sq.j);
     cost[static_cast<std::size_t>(s)] = sq.i * std::max<std::int64_t>(sq.j, 1);
   }
-  sh.tk = p.cu_k != nullptr ? p.cu_k[p.b] : p.b * p.j;
   sh.dp = AttnRoundUp(df, p.d);
   sh.bq = std::max<std::int64_t>(1, std::min(block_q, sh.imax));
   sh.bk = std::max<std::int64_t>(1, std::min(block_k, sh.jmax));
