@@ -80,7 +80,6 @@ void expect_sums(const std::vector<std::vector<float>>& results, const std::vect
 TEST(GroupSlots, SumsInHeadOrderWhicheverHeadEndsFirst) {
   constexpr std::int64_t kGroup = 4;
   std::vector<std::int64_t> order = {0, 1, 2, 3};
-  std::int64_t gi = 0;
   std::vector<std::vector<std::int64_t>> orders;
   do {
     orders.push_back(order);
@@ -90,7 +89,7 @@ TEST(GroupSlots, SumsInHeadOrderWhicheverHeadEndsFirst) {
   std::vector<std::vector<float>> results(orders.size());
   std::vector<int> finished(orders.size(), 0);
   std::set<float*> distinct;
-  for (gi = 0; gi < groups; ++gi) {
+  for (std::int64_t gi = 0; gi < groups; ++gi) {
     std::vector<float*> held(kGroup);
     for (std::int64_t k = 0; k < kGroup; ++k) {
       held[static_cast<std::size_t>(k)] = slots.Acquire();
