@@ -33,7 +33,6 @@
 // kernels of that instruction set only, if this CPU has it: an AVX-512
 // machine can profile the AVX2 code.
 // Build tree only (not installed).
-#include <hwy/targets.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -47,6 +46,7 @@
 #include "attention_cases.h"
 #include "posbias/attention.h"
 #include "posbias/slopes.h"
+#include "suite_common.h"
 
 namespace {
 
@@ -103,19 +103,12 @@ int main(int argc, char** argv) {
   for (int a = 2; a + 1 < argc; a += 2) {
     const std::string flag = argv[a];
     if (flag == "--target") {
-      std::int64_t chosen = 0;
-      for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-        if (std::string(hwy::TargetName(t)) == argv[a + 1]) chosen = t;
-      }
-      if (chosen == 0) {
-        std::cerr << "no target " << argv[a + 1] << " here; this CPU and build have:";
-        for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-          std::cerr << " " << hwy::TargetName(t);
-        }
-        std::cerr << "\n";
+      try {
+        posbias::bench::use_only_isa(argv[a + 1]);
+      } catch (const std::invalid_argument& e) {
+        std::cerr << e.what() << "\n";
         return 2;
       }
-      hwy::SetSupportedTargetsForTest(chosen);
       target = argv[a + 1];
       continue;
     }

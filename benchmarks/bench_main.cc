@@ -14,6 +14,7 @@
 #include "bench_suite.h"
 #include "openblas_core.h"
 #include "options.h"
+#include "suite_common.h"
 
 namespace {
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   }
   try {
     posbias::bench::check_bench_args(args);
+    posbias::bench::use_only_isa(args.options.isa);  // before any kernel or probe runs
     // The sgemm roofline and the PyTorch peers run on OpenBLAS: with the
     // kernels of this CPU, not a generic core OpenBLAS fell back to.
     posbias::bench::run_with_this_cpus_openblas(argv);

@@ -37,6 +37,10 @@ void add_bench_arguments(CLI::App& app, BenchArgs& args) {
   app.add_option("--only", args.options.only,
                  "Only the cases whose name contains this text (cases timed together with one "
                  "of them still run, to keep their same-run baselines)");
+  app.add_option("--isa", args.options.isa,
+                 "Run posbias's kernels and the baselines' probes in this instruction set of "
+                 "Highway's only (AVX2, AVX3, AVX3_ZEN4, ...; one this CPU has): an AVX-512 "
+                 "machine measures its AVX2 code. The ggml and PyTorch peers keep their own");
 }
 
 void check_bench_args(const BenchArgs& args) {
@@ -64,6 +68,10 @@ std::vector<std::string> bench_command_line(const BenchArgs& args) {
   if (!args.options.only.empty()) {
     words.push_back("--only");
     words.push_back(args.options.only);
+  }
+  if (!args.options.isa.empty()) {
+    words.push_back("--isa");
+    words.push_back(args.options.isa);
   }
   return words;
 }

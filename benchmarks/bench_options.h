@@ -18,6 +18,7 @@ struct BenchOptions {
   bool json = false;     // JSON lines instead of a table
   bool quick = false;    // smaller sizes (for tests of the harness itself)
   std::string only;      // report only the cases whose name contains it ("": all)
+  std::string isa;       // Highway's instruction set to run ("": the best this CPU has)
 
   /// Whether the case `name` is reported (a suite skips groups of cases
   /// timed together when none of them is).
@@ -43,7 +44,7 @@ std::string suite_list();
 std::string bench_description();
 
 /// Registers the positional suite and --json, --repetitions, --warmup,
-/// --quick and --only on `app` (a subcommand or a program's own app), storing into
+/// --quick, --only and --isa on `app` (a subcommand or a program's own app), storing into
 /// `args`, with the footer that explains the report.
 void add_bench_arguments(CLI::App& app, BenchArgs& args);
 

@@ -1,10 +1,13 @@
 // The suites' shared helpers (suite_common.h).
 #include "suite_common.h"
 
+#include <hwy/targets.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace posbias::bench {
 
@@ -17,6 +20,20 @@ std::string dtype_tag(DType d) {
 
 double gbps(std::size_t bytes, double ms) {
   return ms > 0 ? static_cast<double>(bytes) / ms / 1e6 : 0.0;
+}
+
+std::string use_only_isa(const std::string& name) {
+  if (name.empty()) return name;
+  std::string have;
+  for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (hwy::TargetName(t) == name) {
+      hwy::SetSupportedTargetsForTest(t);
+      return name;
+    }
+    have += std::string(have.empty() ? "" : ", ") + hwy::TargetName(t);
+  }
+  throw std::invalid_argument("no instruction set '" + name + "' here; this CPU and build have " +
+                              have);
 }
 
 namespace {

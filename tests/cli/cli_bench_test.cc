@@ -169,6 +169,46 @@ TEST(Cli, BenchOnlyReportsTheNamedCases) {
   EXPECT_TRUE(doc.at("baselines").contains("fma_peak_gflops")) << doc;
 }
 
+// --isa runs the kernels and the probes in one instruction set of those
+// this CPU and build have (the FMA probe's note names it); an unknown name
+// exits 2 with the list of the ones there are.
+TEST(Cli, BenchIsaRunsTheNamedInstructionSet) {
+  const std::vector<std::string> args = {"bench", "attention", "--quick", "--json",
+                                         "--repetitions", "1", "--warmup", "0",
+                                         "--only", "decode_gqa", "--isa"};
+  std::vector<std::string> bad = args;
+  bad.push_back("NO_SUCH_ISA");
+  const ProcessResult refused = run_posbias(bad);
+  EXPECT_EQ(refused.exit_code, 2) << describe(bad, refused);
+  EXPECT_TRUE(refused.out.empty()) << describe(bad, refused);
+  const std::string head = "no instruction set 'NO_SUCH_ISA' here; this CPU and build have ";
+  const std::size_t at = refused.err.find(head);
+  ASSERT_NE(at, std::string::npos) << describe(bad, refused);
+  // The list, best first: the second is one the CPU has that its best
+  // dispatch would not run.
+  std::vector<std::string> have;
+  std::stringstream list(refused.err.substr(at + head.size()));
+  for (std::string name; std::getline(list, name, ',');) {
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(" \n") + 1);
+    have.push_back(name);
+  }
+  ASSERT_FALSE(have.empty()) << refused.err;
+  if (have.size() < 2) GTEST_SKIP() << "one instruction set only: " << have[0];
+  for (const std::string& isa : {have[0], have[1]}) {
+    std::vector<std::string> good = args;
+    good.push_back(isa);
+    const ProcessResult run = run_ok(good);
+    const std::vector<std::string> lines = lines_of(run.out);
+    ASSERT_EQ(lines.size(), 1u) << run.out;
+    const json doc = json::parse(lines[0]);
+    EXPECT_NE(doc.at("note").get<std::string>().find("FMA loop on all threads (" + isa + ","),
+              std::string::npos)
+        << isa << ": " << doc;
+    EXPECT_GT(doc.at("fraction_of_read").get<double>(), 0) << doc;
+  }
+}
+
 // OpenBLAS's generic cores are overridden by the widest kernels the CPU
 // runs; a core with AVX2 and FMA kernels (any case) is kept.
 TEST(Cli, BenchOverridesOnlyAGenericOpenBlasCore) {
