@@ -173,9 +173,9 @@ TEST(Cli, BenchOnlyReportsTheNamedCases) {
 // this CPU and build have (the FMA probe's note names it); an unknown name
 // exits 2 with the list of the ones there are.
 TEST(Cli, BenchIsaRunsTheNamedInstructionSet) {
-  const std::vector<std::string> args = {"bench", "attention", "--quick", "--json",
-                                         "--repetitions", "1", "--warmup", "0",
-                                         "--only", "decode_gqa", "--isa"};
+  const std::vector<std::string> args = {"bench",         "attention",  "--quick",  "--json",
+                                         "--repetitions", "1",          "--warmup", "0",
+                                         "--only",        "decode_gqa", "--isa"};
   std::vector<std::string> bad = args;
   bad.push_back("NO_SUCH_ISA");
   const ProcessResult refused = run_posbias(bad);
