@@ -288,11 +288,11 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
 }
 
 // S = (scale q) K^T for every row of the task over the block's first
-// max_lim keys (on AVX-512 the common cases go first, for whole groups of
-// N keys: DecScoresDenseTile for four rows of one kv head in a dense
-// cache, DecScoresRunTiles for four rows a kv head over several kv heads
-// side by side or a paged cache, DecScoresDenseRow for one row, the last
-// on AVX2 too): N keys at a time for each kv head's rows (so a group's K
+// max_lim keys (on AVX2 and AVX-512 the common cases go first, for whole
+// groups of N keys: DecScoresDenseTile for four rows of one kv head in a
+// dense cache, DecScoresRunTiles for four rows a kv head over several kv
+// heads side by side or a paged cache, DecScoresDenseRow for one row):
+// N keys at a time for each kv head's rows (so a group's K
 // rows, all heads of a key position side by side in a paged cache, are
 // read from memory once and by the other rows from L1). Columns past
 // max_lim up to a whole vector get the scores of key 0 (masked later).
@@ -350,10 +350,10 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
 // Rows of d = 128 in a dense cache take the cross-pass prefetch
 // (DecCross: the score pass prefetches this block's value rows, the value
 // pass the next block's key rows) where they are four query rows of one
-// kv head in float32 on AVX-512 (the grouped-query decode of Llama-2-70B
-// and Mistral; DecScoresDenseTile, DecPVDenseQuad) or one query row a kv
-// head in float16 or bfloat16 on AVX2 and AVX-512 (DecScoresDenseRow,
-// DecPVDenseRow).
+// kv head in float32 (the grouped-query decode of Llama-2-70B and
+// Mistral; DecScoresDenseTile, DecPVDenseQuad) or one query row a kv head
+// in float16 or bfloat16 (DecScoresDenseRow, DecPVDenseRow), on AVX2 and
+// AVX-512.
 template <typename T>
 void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::int64_t dp,
                   std::int64_t c0, std::int64_t max_lim, std::int64_t cols, std::int64_t next_c0,
@@ -365,10 +365,9 @@ void DirectBlockT(DF df, const AttentionParams& p, const AttentionTask& t, std::
   // prefetch distance at least 1 as DecBlockRows gives it; and the value
   // rows in place)
   constexpr bool kF32 = std::is_same_v<T, float>;
-  constexpr bool kQuad = kF32 && HWY_TARGET <= HWY_AVX3;
   const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh);
   if (t.k_direct && t.v_direct &&
-      ((kQuad && DecStrideRows(p, t, 1, rr, 4)) || (!kF32 && DecStrideRows(p, t, 1, rr, 1)))) {
+      ((kF32 && DecStrideRows(p, t, 1, rr, 4)) || (!kF32 && DecStrideRows(p, t, 1, rr, 1)))) {
     const DecRows<T> k = DecBlockRows<T, T>(p, t, c0, max_lim, false, k_at, nullptr, w);
     const DecRows<T> v = DecBlockRows<T, T>(p, t, c0, max_lim, true, v_at, nullptr, w);
     const DecCross v_rows = DecCrossOf(v.base + v.at[0], p.v_stride[2], max_lim);

@@ -3,10 +3,11 @@
 // DecScores tries them first, for whole groups of N keys, and goes on
 // with its general tiles from where they stop): rows of d = 128 at a
 // fixed stride in a dense cache, one query row per kv head
-// (DecScoresDenseRow, AVX2 and AVX-512) or four (DecScoresDenseTile,
-// AVX-512, with the cross-pass prefetch), and four query rows a kv head
-// over several kv heads side by side or a paged cache (DecScoresRunTiles,
-// AVX-512). Each returns the keys it did (0: not its case).
+// (DecScoresDenseRow) or four (DecScoresDenseTile, with the cross-pass
+// prefetch), and four query rows a kv head over several kv heads side by
+// side or a paged cache (DecScoresRunTiles); on AVX2 and AVX-512, the
+// four-row tiles 4 x 2 and 4 x 4 (DecQuadTile). Each returns the keys it
+// did (0: not its case).
 // Per-target include guard (Highway's toggle idiom).
 #if defined(POSBIAS_SRC_KERNELS_ATTENTION_DECODE_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSBIAS_SRC_KERNELS_ATTENTION_DECODE_TILES_INL_H_
@@ -127,8 +128,9 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const Atte
 }
 #endif
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
+#if HWY_TARGET <= HWY_AVX3
 // The 4 x 4 score tile of DecScoresDenseTile: query rows q (stride 128) by
 // the key rows r, r + st, r + 2 st, r + 3 st (float32, d = 128) into s
 // (row stride cols), 16 sums over the rows' 8 vectors, fully unrolled.
@@ -185,14 +187,71 @@ HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY
   _mm_storeu_ps(s + 3 * cols, _mm512_extractf32x4_ps(out, 3));
 }
 HWY_DIAGNOSTICS(pop)
+// Keys of a DecQuadTile.
+constexpr std::int64_t kDecQuadKeys = 4;
+#else
+// The 4 x 2 score tile of AVX2 (DecScoresDenseTile's, as DecQ4K4Tile is
+// AVX-512's): query rows q (stride 128) by the key rows r and r + st
+// (float32, d = 128) into s (row stride cols), 8 sums over the rows' 16
+// vectors, fully unrolled, q's four vectors of each step held in
+// registers (8 sums, 4 q vectors and a key vector: 13 of the 16). pf, when
+// not null: two rows to prefetch, a line with each step's FMAs (16 steps,
+// 8 lines a row), into L2 where kToL2.
+template <bool kToL2>
+HWY_INLINE void DecQ4K2Tile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+                            std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
+                            const char* const* pf) {
+  constexpr std::int64_t kD = 128, n = 8;
+  VF acc[8];  // acc[row * 2 + key]
+#pragma GCC unroll 16
+  for (std::int64_t x = 0; x < kD; x += n) {
+    if (pf != nullptr) DecPrefetchLineT<kToL2>(pf[(x / n) % 2] + (x / (2 * n)) * 64);
+    VF qv[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) qv[i] = DecLoadHeld(df, q + i * kD + x);
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+      const VF kv = hn::LoadU(df, r + u * st + x);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        acc[i * 2 + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * 2 + u]);
+      }
+    }
+  }
+  // Lane 2 i + u: row i's score of key u; rows 0 and 1 in the lower 128
+  // bits, 2 and 3 in the upper.
+  const __m256 out = DecLaneSums(df, acc).raw;
+  const __m128 lo = _mm256_castps256_ps128(out), hi = _mm256_extractf128_ps(out, 1);
+  _mm_storel_pi(reinterpret_cast<__m64*>(s), lo);
+  _mm_storeh_pi(reinterpret_cast<__m64*>(s + cols), lo);
+  _mm_storel_pi(reinterpret_cast<__m64*>(s + 2 * cols), hi);
+  _mm_storeh_pi(reinterpret_cast<__m64*>(s + 3 * cols), hi);
+}
+constexpr std::int64_t kDecQuadKeys = 2;
+#endif
 
-// The grouped-query score pass of AVX-512 for its common case, written out:
-// four query rows of one kv head, float32 rows of d = 128 (8 vectors) at a
-// fixed stride (a dense cache), no key mask. Four keys at a time: the
-// 4 x 4 dot products in 16 sums over the rows' 8 vectors (each key vector
-// loaded once for the 4 rows), fully unrolled; after the burst prefetch of
-// the rows `ahead` keys on. Scores for whole groups of N keys of [0,
-// max_lim); returns the keys it did (the caller does the rest).
+// The score tile of DecScoresDenseTile: four query rows by kDecQuadKeys
+// key rows (4 on AVX-512, 2 on AVX2), pf null or kDecQuadKeys rows to
+// prefetch among its FMAs.
+template <bool kToL2>
+HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+                            std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
+                            const char* const* pf) {
+#if HWY_TARGET <= HWY_AVX3
+  DecQ4K4Tile<kToL2>(df, q, r, st, s, cols, pf);
+#else
+  DecQ4K2Tile<kToL2>(df, q, r, st, s, cols, pf);
+#endif
+}
+
+// The grouped-query score pass for its common case, written out: four
+// query rows of one kv head, float32 rows of d = 128 at a fixed stride (a
+// dense cache), no key mask. kDecQuadKeys keys at a time (DecQuadTile:
+// AVX-512's 4 x 4 dot products in 16 sums over the rows' 8 vectors,
+// AVX2's 4 x 2 in 8 sums over 16; each key vector loaded once for the 4
+// rows), fully unrolled; after the burst prefetch of the rows `ahead`
+// keys on. Scores for whole groups of N keys of [0, max_lim); returns the
+// keys it did (the caller does the rest).
 //
 // The general tiles (DecScores, DecScoreTile<4>) do the same FMAs, but
 // take each tile's key rows from the offsets array, its prefetch rows from
@@ -207,6 +266,10 @@ HWY_DIAGNOSTICS(pop)
 // in its place took 1.07-1.11x the time from memory and 1.13-1.26x in
 // cache, even with its row pointers stepped and its next group's rows
 // looked up once a group (twenty-sixth round): so this one stays.
+// The AVX2 code took it (with DecPVDenseQuad) in 2026-12: on an AVX-512
+// Xeon running its AVX2 code, grouped-query decode 0.90x the time from
+// memory on two threads, 0.97 in L3, 0.86 in L2 on one thread, against
+// the general tiles (docs/performance-notes.md, forty-sixth round).
 //
 // With `cross` (DirectBlockT's cross-pass prefetch) it prefetches key c's
 // value row into L2 as it reads key c's key row, a line of each of the
@@ -225,7 +288,9 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
   const float* HWY_RESTRICT base = k.base + k.at[0];  // dense: key c's row at base + c st
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
   float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
-  const std::int64_t last = k.avail - 1, whole = max_lim / 16 * 16;
+  constexpr std::int64_t kKeys = kDecQuadKeys;
+  const std::int64_t last = k.avail - 1;
+  const std::int64_t whole = max_lim / static_cast<std::int64_t>(kDecLanes) * kDecLanes;
   const bool own = cross == nullptr || own_ahead;
   DecWithPrefetchCache(k.to_l2, [&](auto l2_tag) {
     const auto prefetch_row = [](const char* pr) {
@@ -233,18 +298,18 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
       for (std::int64_t b = 0; b < kD * 4; b += 64)
         DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
     };
-    for (std::int64_t c = 0; c < whole; c += 4) {
+    for (std::int64_t c = 0; c < whole; c += kKeys) {
       if (own) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < 4; ++u)
+        for (std::int64_t u = 0; u < kKeys; ++u)
           prefetch_row(reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st));
       }
-      const char* pf[4];
+      const char* pf[kKeys];
       if (cross != nullptr) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < 4; ++u) pf[u] = cross->RowIn(c + u);
+        for (std::int64_t u = 0; u < kKeys; ++u) pf[u] = cross->RowIn(c + u);
       }
-      DecQ4K4Tile<true>(df, q, base + c * st, st, s + c, cols, cross != nullptr ? pf : nullptr);
+      DecQuadTile<true>(df, q, base + c * st, st, s + c, cols, cross != nullptr ? pf : nullptr);
     }
   });
   return whole;
@@ -266,7 +331,10 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
 // q and score rows stepped from place to place (not each place's looked
 // up, a division among it) and the next group's rows looked up once a
 // group: paged decode 0.978-1.001x the time from memory on two threads,
-// 0.955 on one, 0.94 with the slab in L2 (twenty-sixth round).
+// 0.955 on one, 0.94 with the slab in L2 (twenty-sixth round). The AVX2
+// code's 4 x 2 tiles against its general ones (an AVX-512 Xeon running its
+// AVX2 code): paged decode 0.989x the time from memory, the slab 0.984,
+// 0.90 with the slab in L2 on one thread (forty-sixth round).
 HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const AttentionTask& t,
                                           std::int64_t max_lim, std::int64_t cols,
                                           const DecRows<float>& k, AttentionWork& w) {
@@ -306,10 +374,10 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
         after[i] = k.base + k.at[std::min(c + kN + i, last)];
       for (std::int64_t kv = 0; kv < nkv; ++kv, rows += step, q += 4 * kD, s += 4 * cols) {
         const bool more = kv + 1 < nkv;
+#pragma GCC unroll 8
+        for (std::int64_t u = 0; u < kN; u += kDecQuadKeys) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < kN; u += 4) {
-#pragma GCC unroll 4
-          for (std::int64_t i = 0; i < 4; ++i) {
+          for (std::int64_t i = 0; i < kDecQuadKeys; ++i) {
             const std::int64_t x = u + i + k.ahead;  // the key `ahead` on, in walk order
             const float* pr = x < kN ? rows + x * st
                               : more ? rows + step + (x - kN) * st
@@ -319,7 +387,7 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
             for (std::int64_t b = 0; b < kD * 4; b += 64)
               DecPrefetchLineT<decltype(l2_tag)::value>(pb + b);
           }
-          DecQ4K4Tile<false>(df, q, rows + u * st, st, s + u, cols, nullptr);
+          DecQuadTile<false>(df, q, rows + u * st, st, s + u, cols, nullptr);
         }
       }
     }

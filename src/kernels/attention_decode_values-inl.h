@@ -61,7 +61,10 @@ constexpr std::int64_t kDecPVGroup = 8;
 // it), paged_decode 0.91x; 2 keys: 0.90x, 0.88x and 1.02x. Two rows
 // (decode_gqa2, h 32 on 16 kv heads): 0.87x in L3 (256 keys, one thread),
 // 0.96x from memory; groups of 7 (decode_gqa7, h 28 on 4: tiles of 4, 2
-// and 1 rows) 0.91x and 0.95x.
+// and 1 rows) 0.91x and 0.95x. (Four rows of d = 128 in a dense cache go
+// through DecPVDenseQuad since 2026-12-07; these groups are the paged
+// cache's, a key mask's and other widths'. Groups of 8 for the paged
+// decode's four-row tiles on AVX2: 1.009x the time, forty-sixth round.)
 constexpr std::int64_t kDecGroupKeys = 4;
 // Whether one row of float32 values walks its keys one at a time (AVX-512;
 // DecPVTile's kRowByKey and DecValues' DecPVDenseRow for float32).
@@ -318,21 +321,23 @@ HWY_INLINE void DecPVDenseRow(DF df, const float* HWY_RESTRICT pw, const TV* bas
   for (int u = 0; u < kV; ++u) hn::StoreU(acc[u], df, o + u * n);
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // The four-row P V tile of float32 value rows of d = 128 in place at a
-// fixed stride (a dense cache, no key mask) on AVX-512, with the
+// fixed stride (a dense cache, no key mask) on AVX-512 and AVX2, with the
 // cross-pass prefetch (DirectBlockT, DecCross): keys [c0, c1) of the
 // block (key c's row at rows + c * stride, row r's weight pw[r * ldp +
-// c]) in runs of kDecQuadRun keys, each half of the columns (64: 4 rows x
-// 4 vectors of accumulators, in registers over the run) over the run in
-// turn, the second half's rows from L1. While it reads half x of key c's
-// row it prefetches half x of `next`'s row c into L2 (the next block's
-// key rows, 4 lines), so the prefetches go evenly among the FMAs, none in
-// a burst. In cache (one thread, 128 keys) the grouped-query decode took
+// c]) in runs of kDecQuadRun keys, each chunk of kDecQuadCols columns
+// (AVX-512: halves of 64, 4 rows x 4 vectors of accumulators; AVX2:
+// eighths of 16, 4 rows x 2 vectors; in registers over the run) over the
+// run in turn, the later chunks' rows from L1. While it reads chunk x of
+// key c's row it prefetches chunk x of `next`'s row c into L2 (the next
+// block's key rows: 4 lines, or 1), so the prefetches go evenly among the
+// FMAs, none in a burst. In cache (one thread, 128 keys) the grouped-query decode took
 // 0.93x the time with it than with DecPVTile's four-row groups (each
 // prefetching its own rows ahead; docs/performance-notes.md,
 // thirty-seventh round).
 constexpr std::int64_t kDecQuadRun = 16;
+constexpr std::int64_t kDecQuadCols = HWY_TARGET <= HWY_AVX3 ? 64 : 16;
 // base as float32 rows (null for another dtype): DecValues calls
 // DecPVDenseQuad in a branch its float32 instantiation alone takes, and
 // Clang checks that call's arguments in a generic lambda for every dtype.
@@ -350,12 +355,11 @@ HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t
                                std::int64_t c1, const DecCross& next, float* HWY_RESTRICT o,
                                std::int64_t dp) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
-  constexpr std::int64_t kHalf = 64;
-  constexpr int kW = static_cast<int>(kHalf / n);  // vectors of a half row
+  constexpr int kW = static_cast<int>(kDecQuadCols / n);  // vectors of a chunk
   for (std::int64_t r0 = c0; r0 < c1; r0 += kDecQuadRun) {
     const std::int64_t r1 = std::min(r0 + kDecQuadRun, c1);
 #pragma GCC unroll 1
-    for (std::int64_t x = 0; x < 2 * kHalf; x += kHalf) {
+    for (std::int64_t x = 0; x < 128; x += kDecQuadCols) {
       VF acc[4][kW];
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
@@ -368,7 +372,7 @@ HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t
         VF vv[kW];
 #pragma GCC unroll 4
         for (int u = 0; u < kW; ++u) {
-          if (pr != nullptr) DecPrefetchLineT<true>(pr + 64 * u);
+          if (pr != nullptr && u * n * 4 % 64 == 0) DecPrefetchLineT<true>(pr + u * n * 4);
           vv[u] = hn::LoadU(df, row + u * n);
         }
 #pragma GCC unroll 4
@@ -443,7 +447,7 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       if (e > c) {
         bool done = false;
         constexpr bool kF32 = std::is_same_v<TV, float>;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
         if constexpr (R == 4 && kF32) {
           if (k_next != nullptr && dense_row) {
             DecPVDenseQuad(df, s + r * cols, cols, DecFloatRows(base) + v.at[0], p.v_stride[2], c,
