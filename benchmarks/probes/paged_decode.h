@@ -53,7 +53,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 TileSums(const _
 
 // The 4 x 4 score tile of the paged decode below: query rows q (4 x kRow)
 // by the key rows r, r + st, r + 2 st, r + 3 st into s (row stride ls),
-// as attention_decode_tiles-inl.h's DecQ4K4Tile does it.
+// as attention_decode_tiles-inl.h's AVX-512 DecQuadTile does it.
 __attribute__((target("avx512f"), always_inline)) inline void ScoreTile4x4(const float* q,
                                                                            const float* r, long st,
                                                                            float* s, long ls) {

@@ -130,8 +130,11 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const Atte
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
+// DecQuadTile, the score tile of DecScoresDenseTile and DecScoresRunTiles:
+// four query rows by kDecQuadKeys key rows, 4 x 4 on AVX-512 and 4 x 2 on
+// AVX2, written for each.
 #if HWY_TARGET <= HWY_AVX3
-// The 4 x 4 score tile of DecScoresDenseTile: query rows q (stride 128) by
+// AVX-512's 4 x 4 tile: query rows q (stride 128) by
 // the key rows r, r + st, r + 2 st, r + 3 st (float32, d = 128) into s
 // (row stride cols), 16 sums over the rows' 8 vectors, fully unrolled.
 // GCC 12 takes the undefined pass-through operand of its shuffle and
@@ -144,7 +147,7 @@ HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 // pf, when not null: four rows (of 128 floats) to prefetch, a line of
 // each with each chunk's FMAs (kToL2: into L2).
 template <bool kToL2>
-HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
                             std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
                             const char* const* pf) {
   constexpr std::int64_t kD = 128;
@@ -187,18 +190,16 @@ HWY_INLINE void DecQ4K4Tile(DF df, const float* HWY_RESTRICT q, const float* HWY
   _mm_storeu_ps(s + 3 * cols, _mm512_extractf32x4_ps(out, 3));
 }
 HWY_DIAGNOSTICS(pop)
-// Keys of a DecQuadTile.
 constexpr std::int64_t kDecQuadKeys = 4;
 #else
-// The 4 x 2 score tile of AVX2 (DecScoresDenseTile's, as DecQ4K4Tile is
-// AVX-512's): query rows q (stride 128) by the key rows r and r + st
+// AVX2's 4 x 2 tile: query rows q (stride 128) by the key rows r and r + st
 // (float32, d = 128) into s (row stride cols), 8 sums over the rows' 16
 // vectors, fully unrolled, q's four vectors of each step held in
 // registers (8 sums, 4 q vectors and a key vector: 13 of the 16). pf, when
 // not null: two rows to prefetch, a line with each step's FMAs (16 steps,
 // 8 lines a row), into L2 where kToL2.
 template <bool kToL2>
-HWY_INLINE void DecQ4K2Tile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
                             std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
                             const char* const* pf) {
   constexpr std::int64_t kD = 128, n = 8;
@@ -229,20 +230,6 @@ HWY_INLINE void DecQ4K2Tile(DF df, const float* HWY_RESTRICT q, const float* HWY
 }
 constexpr std::int64_t kDecQuadKeys = 2;
 #endif
-
-// The score tile of DecScoresDenseTile: four query rows by kDecQuadKeys
-// key rows (4 on AVX-512, 2 on AVX2), pf null or kDecQuadKeys rows to
-// prefetch among its FMAs.
-template <bool kToL2>
-HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
-                            std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
-                            const char* const* pf) {
-#if HWY_TARGET <= HWY_AVX3
-  DecQ4K4Tile<kToL2>(df, q, r, st, s, cols, pf);
-#else
-  DecQ4K2Tile<kToL2>(df, q, r, st, s, cols, pf);
-#endif
-}
 
 // The grouped-query score pass for its common case, written out: four
 // query rows of one kv head, float32 rows of d = 128 at a fixed stride (a
