@@ -22,13 +22,13 @@ double gbps(std::size_t bytes, double ms) {
   return ms > 0 ? static_cast<double>(bytes) / ms / 1e6 : 0.0;
 }
 
-std::string use_only_isa(const std::string& name) {
-  if (name.empty()) return name;
+void use_only_isa(const std::string& name) {
+  if (name.empty()) return;
   std::string have;
   for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
     if (hwy::TargetName(t) == name) {
       hwy::SetSupportedTargetsForTest(t);
-      return name;
+      return;
     }
     have += std::string(have.empty() ? "" : ", ") + hwy::TargetName(t);
   }

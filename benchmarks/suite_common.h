@@ -44,8 +44,8 @@ Tensor random_tensor(const std::vector<std::int64_t>& shape, std::uint64_t seed)
 // ("AVX2", "AVX3", "AVX3_ZEN4", ...), kernels and baselines alike, so that
 // an AVX-512 machine can measure its AVX2 code. "" leaves the dispatch as
 // it is. Throws std::invalid_argument, naming the sets this CPU and build
-// have, when `name` is not one of them. Returns the name it chose.
-std::string use_only_isa(const std::string& name);
+// have, when `name` is not one of them.
+void use_only_isa(const std::string& name);
 
 std::vector<CaseResult> alibi_suite(const BenchOptions& o);
 std::vector<CaseResult> dpb_suite(const BenchOptions& o);
