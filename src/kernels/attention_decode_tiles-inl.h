@@ -275,7 +275,6 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
   const float* HWY_RESTRICT base = k.base + k.at[0];  // dense: key c's row at base + c st
   const float* HWY_RESTRICT q = w.q.get() + rr.begin * kD;
   float* HWY_RESTRICT s = w.s.get() + rr.begin * cols;
-  constexpr std::int64_t kKeys = kDecQuadKeys;
   const std::int64_t last = k.avail - 1;
   const std::int64_t whole = max_lim / static_cast<std::int64_t>(kDecLanes) * kDecLanes;
   const bool own = cross == nullptr || own_ahead;
@@ -285,16 +284,16 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
       for (std::int64_t b = 0; b < kD * 4; b += 64)
         DecPrefetchLineT<decltype(l2_tag)::value>(pr + b);
     };
-    for (std::int64_t c = 0; c < whole; c += kKeys) {
+    for (std::int64_t c = 0; c < whole; c += kDecQuadKeys) {
       if (own) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < kKeys; ++u)
+        for (std::int64_t u = 0; u < kDecQuadKeys; ++u)
           prefetch_row(reinterpret_cast<const char*>(base + std::min(c + u + k.ahead, last) * st));
       }
-      const char* pf[kKeys];
+      const char* pf[kDecQuadKeys];
       if (cross != nullptr) {
 #pragma GCC unroll 4
-        for (std::int64_t u = 0; u < kKeys; ++u) pf[u] = cross->RowIn(c + u);
+        for (std::int64_t u = 0; u < kDecQuadKeys; ++u) pf[u] = cross->RowIn(c + u);
       }
       DecQuadTile<true>(df, q, base + c * st, st, s + c, cols, cross != nullptr ? pf : nullptr);
     }
