@@ -130,6 +130,33 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const Atte
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
+// DecQuadTile's FMAs at columns [x, x + N) of d = 128: four query rows q
+// (stride 128) by K key rows r, r + st, ... into acc[row * K + key] (set at
+// x = 0), q's four vectors loaded once for the K keys (held in registers
+// where kHeld, so that GCC does not fold them into each FMA).
+template <int K, bool kHeld>
+HWY_INLINE void DecQuadStep(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+                            std::int64_t st, std::int64_t x, VF* acc) {
+  constexpr std::int64_t kD = 128;
+  VF qv[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kHeld) {
+      qv[i] = DecLoadHeld(df, q + i * kD + x);
+    } else {
+      qv[i] = hn::LoadU(df, q + i * kD + x);
+    }
+  }
+#pragma GCC unroll 4
+  for (int u = 0; u < K; ++u) {
+    const VF kv = hn::LoadU(df, r + u * st + x);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      acc[i * K + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * K + u]);
+    }
+  }
+}
+
 // DecQuadTile, the score tile of DecScoresDenseTile and DecScoresRunTiles:
 // four query rows by kDecQuadKeys key rows, 4 x 4 on AVX-512 and 4 x 2 on
 // AVX2, written for each.
@@ -158,17 +185,7 @@ HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) DecPrefetchLineT<kToL2>(pf[u] + x * 4);
     }
-    VF qv[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) qv[i] = hn::LoadU(df, q + i * kD + x);
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) {
-      const VF kv = hn::LoadU(df, r + u * st + x);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        acc[i * 4 + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * 4 + u]);
-      }
-    }
+    DecQuadStep<4, false>(df, q, r, st, x, acc);
   }
   // Row i's 4 key sums per 128-bit block, then the blocks summed: lane
   // 4 i + u of `out` is row i's score of key u.
@@ -207,17 +224,7 @@ HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY
 #pragma GCC unroll 16
   for (std::int64_t x = 0; x < kD; x += n) {
     if (pf != nullptr) DecPrefetchLineT<kToL2>(pf[(x / n) % 2] + (x / (2 * n)) * 64);
-    VF qv[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) qv[i] = DecLoadHeld(df, q + i * kD + x);
-#pragma GCC unroll 2
-    for (int u = 0; u < 2; ++u) {
-      const VF kv = hn::LoadU(df, r + u * st + x);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        acc[i * 2 + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * 2 + u]);
-      }
-    }
+    DecQuadStep<2, true>(df, q, r, st, x, acc);
   }
   // Lane 2 i + u: row i's score of key u; rows 0 and 1 in the lower 128
   // bits, 2 and 3 in the upper.
