@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -371,8 +372,13 @@ int main(int argc, char** argv) {
   };
   const PagedCase avx2[] = {{"none", PagedDecodeAvx2<0>, 8},
                             {"PREFETCHT0 8 rows (AMD's)", PagedDecodeAvx2<2>, 8},
-                            {"PREFETCHT1 6 rows (Intel's)", PagedDecodeAvx2<1>, 6}};
-  paged_table("AVX2", avx2, 3, Plain4x256);
+                            {"PREFETCHT1 6 rows (Intel's)", PagedDecodeAvx2<1>, 6},
+                            {"key-major, T1 4 keys", PagedDecodeAvx2<1, true>, 4},
+                            {"key-major, T1 8 keys", PagedDecodeAvx2<1, true>, 8},
+                            {"key-major, T1 16 keys", PagedDecodeAvx2<1, true>, 16},
+                            {"key-major, T0 8 keys", PagedDecodeAvx2<2, true>, 8},
+                            {"key-major, none", PagedDecodeAvx2<0, true>, 8}};
+  paged_table("AVX2", avx2, std::size(avx2), Plain4x256);
   if (!__builtin_cpu_supports("avx512f")) return 0;
   std::printf("AVX-512 score tile over K alone (4 query rows x 4 keys, prefetch 8 keys on)\n");
   std::printf("%-32s %11s %11s %9s\n", "order, q's vectors", "read GB/s", "walk GB/s", "fraction");
@@ -393,7 +399,12 @@ int main(int argc, char** argv) {
   const PagedCase avx512[] = {{"none", PagedDecode<0>, 6},
                               {"PREFETCHT1 6 rows (Intel's)", PagedDecode<1>, 6},
                               {"PREFETCHT1 8 rows", PagedDecode<1>, 8},
-                              {"PREFETCHT0 8 rows (AMD's)", PagedDecode<2>, 8}};
-  paged_table("AVX-512", avx512, 4, Plain512);
+                              {"PREFETCHT0 8 rows (AMD's)", PagedDecode<2>, 8},
+                              {"key-major, T1 4 keys", PagedDecode<1, true>, 4},
+                              {"key-major, T1 8 keys", PagedDecode<1, true>, 8},
+                              {"key-major, T1 16 keys", PagedDecode<1, true>, 16},
+                              {"key-major, T0 8 keys", PagedDecode<2, true>, 8},
+                              {"key-major, none", PagedDecode<0, true>, 8}};
+  paged_table("AVX-512", avx512, std::size(avx512), Plain512);
   return 0;
 }

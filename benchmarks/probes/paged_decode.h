@@ -242,9 +242,14 @@ struct Avx2Tiles {
 // of its samples): the scores are the weights. Written once for both
 // instruction sets: PagedThread (below) compiles it into each one's code
 // (GCC inlines the tiles, which have a target attribute, only into a
-// function of that target, so the walk itself has none).
+// function of that target, so the walk itself has none). kKeyMajor: both
+// passes walk key-major instead, each tile's keys (the value pass: groups
+// of 4) for every kv head in turn, so the memory sees a page front to back
+// (its keys' rows of all kv heads side by side), each row prefetched
+// `ahead` keys earlier in the same kv head (docs/performance-notes.md,
+// forty-seventh round).
 constexpr long kPage = 16;
-template <class Tiles, int kHint>
+template <class Tiles, int kHint, bool kKeyMajor = false>
 inline float PagedWalk(const float* k, const float* v, const long* order, long pages, long ahead) {
   constexpr long kKeyStride = kHeads * kRow;  // a key's rows in a page
   constexpr long kPageFloats = kPage * kKeyStride;
@@ -262,6 +267,27 @@ inline float PagedWalk(const float* k, const float* v, const long* order, long p
   alignas(64) float o[kHeads * 4 * kRow] = {};
   for (long b0 = 0; b0 < keys; b0 += kBlock) {
     const long b1 = std::min(keys, b0 + kBlock);
+    if constexpr (kKeyMajor) {
+      // Key-major: each tile's keys for all kv heads in turn (their rows
+      // side by side in memory), prefetching the same rows `ahead` keys on.
+      for (long c0 = b0; c0 < b1; c0 += kTile) {
+        for (long h = 0; h < kHeads; ++h) {
+          for (long i = 0; i < kTile; ++i)
+            PrefetchRow<kHint>(row(k, std::min(c0 + i + ahead, keys - 1), h));
+          Tiles::Score(q + h * 4 * kRow, row(k, c0, h), kKeyStride, s + h * 4 * kBlock + (c0 - b0),
+                       kBlock);
+        }
+      }
+      for (long c = b0; c < b1; c += 4) {
+        for (long h = 0; h < kHeads; ++h) {
+          for (long g = 0; g < 4; ++g)
+            PrefetchRow<kHint>(row(v, std::min(c + g + ahead, keys - 1), h));
+          const float* r[4] = {row(v, c, h), row(v, c + 1, h), row(v, c + 2, h), row(v, c + 3, h)};
+          Tiles::Values(o + h * 4 * kRow, s + h * 4 * kBlock + (c - b0), r, kBlock);
+        }
+      }
+      continue;
+    }
     for (long c0 = b0; c0 < b1; c0 += kGroup) {
       for (long h = 0; h < kHeads; ++h) {
         for (long u = 0; u < kGroup; u += kTile) {
@@ -302,17 +328,17 @@ inline float PagedWalk(const float* k, const float* v, const long* order, long p
 
 // One thread's PagedWalk in each instruction set's code (flatten: the walk
 // and the tiles inlined here, where the target allows them).
-template <int kHint>
+template <int kHint, bool kKeyMajor = false>
 __attribute__((target("avx512f"), flatten, noinline)) float PagedThread512(const float* k,
                                                                            const float* v,
                                                                            const long* order,
                                                                            long pages, long ahead) {
-  return PagedWalk<Avx512Tiles, kHint>(k, v, order, pages, ahead);
+  return PagedWalk<Avx512Tiles, kHint, kKeyMajor>(k, v, order, pages, ahead);
 }
-template <int kHint>
+template <int kHint, bool kKeyMajor = false>
 __attribute__((target("avx2,fma"), flatten, noinline)) float PagedThreadAvx2(
     const float* k, const float* v, const long* order, long pages, long ahead) {
-  return PagedWalk<Avx2Tiles, kHint>(k, v, order, pages, ahead);
+  return PagedWalk<Avx2Tiles, kHint, kKeyMajor>(k, v, order, pages, ahead);
 }
 
 // The paged decode on every thread (the threads' sums added), in AVX-512
@@ -325,10 +351,10 @@ float OnEveryThread(const float* k, const float* v, const long* order, long page
   total += kThread(k, v, order, pages, ahead);
   return total;
 }
-template <int kHint>
-constexpr PagedFn PagedDecode = OnEveryThread<PagedThread512<kHint>>;
-template <int kHint>
-constexpr PagedFn PagedDecodeAvx2 = OnEveryThread<PagedThreadAvx2<kHint>>;
+template <int kHint, bool kKeyMajor = false>
+constexpr PagedFn PagedDecode = OnEveryThread<PagedThread512<kHint, kKeyMajor>>;
+template <int kHint, bool kKeyMajor = false>
+constexpr PagedFn PagedDecodeAvx2 = OnEveryThread<PagedThreadAvx2<kHint, kKeyMajor>>;
 
 #pragma GCC diagnostic pop
 
