@@ -62,9 +62,10 @@ constexpr std::int64_t kDecPVGroup = 8;
 // (decode_gqa2, h 32 on 16 kv heads): 0.87x in L3 (256 keys, one thread),
 // 0.96x from memory; groups of 7 (decode_gqa7, h 28 on 4: tiles of 4, 2
 // and 1 rows) 0.91x and 0.95x. (Four rows of d = 128 in a dense cache go
-// through DecPVDenseQuad since 2026-12-07; these groups are the paged
-// cache's, a key mask's and other widths'. Groups of 8 for the paged
-// decode's four-row tiles on AVX2: 1.009x the time, forty-sixth round.)
+// through DecPVDenseQuad since 2026-12-07, and a paged cache's several
+// kv heads through DecValuesKeyMajor, in groups of 4 too; these groups are
+// a key mask's and other widths'. Groups of 8 for the paged decode's
+// four-row tiles on AVX2: 1.009x the time, forty-sixth round.)
 constexpr std::int64_t kDecGroupKeys = 4;
 // Whether one row of float32 values walks its keys one at a time (AVX-512;
 // DecPVTile's kRowByKey and DecValues' DecPVDenseRow for float32).
@@ -138,6 +139,30 @@ HWY_INLINE void DecHalvingChunks(std::int64_t d, std::int64_t x, const Chunk& ch
   }
 }
 
+// chunk(vw_tag, x) over the whole vectors of d: VW at a time, then the
+// rest in halving widths (VW / 2, ..., 1; one chunk of each at most).
+template <int VW, class Chunk>
+HWY_INLINE void DecPVColumns(std::int64_t d, const Chunk& chunk) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  std::int64_t x = 0;
+  for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
+  DecHalvingChunks<VW / 2>(d, x, chunk);
+}
+
+// O[RB rows][whole vectors of d] += P[RB rows][keys [0, G)] V[rows[g]]
+// (P rows of stride ldp, O rows dp): each chunk of columns (DecPVColumns)
+// over the G keys unrolled, their accumulators in registers over them.
+template <int RB, int VW, std::int64_t G, typename TV>
+HWY_INLINE void DecPVGroup(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
+                           const TV* const* rows, std::int64_t d, float* HWY_RESTRICT o,
+                           std::int64_t dp) {
+  DecPVColumns<VW>(d, [&](auto vw_tag, std::int64_t x) {
+    DecPVChunk<RB, decltype(vw_tag)::value, TV>(
+        df, pw, ldp, std::integral_constant<std::int64_t, G>(),
+        [&](std::int64_t g) { return rows[g]; }, [](std::int64_t) {}, x, o, dp);
+  });
+}
+
 // O[RB rows][columns ...] += P[RB rows][keys [0, count)] V[keys], key c's
 // value row at base + at[c] (its dtype): VW vectors of d at a time, then
 // chunks of halving widths, each chunk's accumulators in registers over
@@ -152,16 +177,9 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
                           std::int64_t dp, const DecRows<TV>* pf, std::int64_t c_first) {
   constexpr auto n = static_cast<std::int64_t>(kDecLanes);
   const std::int64_t row_bytes = d * static_cast<std::int64_t>(sizeof(TV));
-  // chunk(vw_tag, x) over the whole vectors of d: VW at a time, then the
-  // rest in halving widths (VW / 2, ..., 1; one chunk of each at most).
-  const auto columns = [&](const auto& chunk) {
-    std::int64_t x = 0;
-    for (; x + VW * n <= d; x += VW * n) chunk(std::integral_constant<int, VW>(), x);
-    DecHalvingChunks<VW / 2>(d, x, chunk);
-  };
   // Keys [c0, c1) through at[], the first chunk of columns prefetching.
   const auto keys = [&](std::int64_t c0, std::int64_t c1) {
-    columns([&](auto vw_tag, std::int64_t x) {
+    DecPVColumns<VW>(d, [&](auto vw_tag, std::int64_t x) {
       const bool prefetch = pf != nullptr && x == 0;
       DecPVChunk<RB, decltype(vw_tag)::value, TV>(
           df, pw + c0, ldp, c1 - c0, [&](std::int64_t g) { return base + at[c0 + g]; },
@@ -227,11 +245,7 @@ HWY_INLINE void DecPVTile(DF df, const float* HWY_RESTRICT pw, std::int64_t ldp,
           rows[g] = base + at[c + g];
           if (pf != nullptr) DecPrefetchRow(pf->Ahead(base, c_first + c + g), row_bytes, pf->to_l2);
         }
-        columns([&](auto vw_tag, std::int64_t x) {
-          DecPVChunk<RB, decltype(vw_tag)::value, TV>(
-              df, pw + c, ldp, std::integral_constant<std::int64_t, kGroup>(),
-              [&](std::int64_t g) { return rows[g]; }, [](std::int64_t) {}, x, o, dp);
-        });
+        DecPVGroup<RB, VW, kGroup>(df, pw + c, ldp, rows, d, o, dp);
       }
       if (c < count) keys(c, count);
     };
@@ -392,6 +406,66 @@ HWY_INLINE void DecPVDenseQuad(DF df, const float* HWY_RESTRICT pw, std::int64_t
 }
 #endif
 
+// The value pass of a task of several kv heads whose rows of one key lie
+// side by side (a paged cache [blocks, block_size, hk, d], slabs [b, j,
+// hk, d]), key-major: each group of 4 keys for every kv head in turn (its
+// four, two and one-row tiles, DecPVGroup), so that the memory sees each
+// key's value rows of all the task's kv heads front to back, a page read
+// as one stream; each kv head's rows `ahead` keys on prefetched as it
+// reads its group. Walking each kv head over the block's keys instead
+// (DecPVTile), a pass read one row in every hk and each stretch of memory
+// hk times over: in the paged decode walk of posbias-probe-decode-walk
+// (8 kv heads), key-major read 1.09x as fast in the AVX2 code and 1.26x in
+// the AVX-512 code; the bench's paged decode took 0.95x the time in the
+// AVX-512 code and 0.97x in the AVX2 code (an AVX-512 Xeon, from memory on
+// two threads, alternated in one build). Groups of 8 or 2 keys, the rows 3
+// or 12 keys on, or into L1 instead of L2 were no faster. The score pass
+// keeps its order (its pages of 16 keys kv head by kv head,
+// DecScoresRunTiles): its tiles key-major took 1.01x and 1.03x the time
+// (docs/performance-notes.md, forty-seventh round). Needs rows that all
+// see the same keys (decode), no key mask, whole vectors of d; returns
+// whether it ran.
+template <typename TV>
+HWY_INLINE bool DecValuesKeyMajor(DF df, const AttentionParams& p, const AttentionTask& t,
+                                  std::int64_t dp, std::int64_t cols, const DecRows<TV>& v,
+                                  AttentionWork& w) {
+  constexpr auto n = static_cast<std::int64_t>(kDecLanes);
+  const std::int64_t nkv = DecLastKvHead(p, t) - t.kvh + 1;
+  if (nkv < 2 || p.key_mask != nullptr || p.d % n != 0) return false;
+  const std::int64_t from = w.first[0], to = w.lim[0];
+  for (std::size_t r = 1; r < static_cast<std::size_t>(t.rows); ++r) {
+    if (w.first[r] != from || w.lim[r] != to) return false;
+  }
+  const float* s = w.s.get();
+  float* o = w.o.get();
+  const std::int64_t row_bytes = p.d * static_cast<std::int64_t>(sizeof(TV));
+  const auto group = [&](auto keys_tag, std::int64_t c) {
+    constexpr std::int64_t G = decltype(keys_tag)::value;
+    const TV* rows[G];
+    for (std::int64_t g = 0; g < G; ++g) rows[g] = v.base + v.at[c + g];
+    for (std::int64_t kv = 0; kv < nkv; ++kv) {
+      const TV* base = v.base + kv * v.kv_step;
+      if (v.ahead > 0) {
+        for (std::int64_t g = 0; g < G; ++g)
+          DecPrefetchRow(v.Ahead(base, c + g), row_bytes, v.to_l2);
+      }
+      const DecRowRange rr = DecRowsOfKvHead(p, t, t.kvh + kv);
+      std::int64_t r = rr.begin;
+      for (; r + 4 <= rr.end; r += 4)
+        DecPVGroup<4, kDecQuadVecs, G>(df, s + r * cols + c, cols, rows, p.d, o + r * dp, dp);
+      for (; r + 2 <= rr.end; r += 2)
+        DecPVGroup<2, kDecPairVecs, G>(df, s + r * cols + c, cols, rows, p.d, o + r * dp, dp);
+      for (; r < rr.end; ++r)
+        DecPVGroup<1, kDecRowVecs, G>(df, s + r * cols + c, cols, rows, p.d, o + r * dp, dp);
+      for (std::int64_t g = 0; g < G; ++g) rows[g] += v.kv_step;
+    }
+  };
+  std::int64_t c = from;
+  for (; c + 4 <= to; c += 4) group(std::integral_constant<std::int64_t, 4>(), c);
+  for (; c < to; ++c) group(std::integral_constant<std::int64_t, 1>(), c);
+  return true;
+}
+
 // O = alpha O + P V for every row of the task over the block's keys,
 // each row over its own visible keys [first, lim) only (a NaN in a value
 // it cannot see never reaches it; neither are the keys the key mask hides
@@ -423,6 +497,7 @@ void DecValues(DF df, const AttentionParams& p, const AttentionTask& t, std::int
       hn::Store(hn::Mul(a, hn::Load(df, o + r * dp + x)), df, o + r * dp + x);
     }
   }
+  if (DecValuesKeyMajor(df, p, t, dp, cols, v, w)) return;
   const float* keep = p.key_mask != nullptr ? w.keep.get() : nullptr;
   // DecPVDenseRow's rows (used for one-row tiles of 16-bit values, and of
   // float32 values on AVX-512).

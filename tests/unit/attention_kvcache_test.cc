@@ -5,6 +5,7 @@
 // shows. kvcache_append then attend equals the dense call. And the bad input
 // of the cache calls, one test each.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -304,6 +305,41 @@ TEST(AttentionKvcache, DecodeOverManyKvHeadsInShortKeyBlocks) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// A decode task of several kv heads walks its value rows key-major
+// (DecValuesKeyMajor: groups of 4 keys, then single keys, each for every kv
+// head with its tiles of four, two and one query rows): every number of
+// query rows a kv head from 1 to 8, key counts that leave 0 to 3 keys
+// after the groups, d a multiple of every vector width or not (the general
+// value pass), in a paged cache and in slabs, both dtypes of rows; in
+// every instruction set this CPU and build have (the tiles' widths differ).
+TEST(AttentionKvcache, DecodeKeyMajorOverEveryQueryGroup) {
+  const std::int64_t heads[5][2] = {{8, 8}, {6, 2}, {12, 2}, {16, 2}, {15, 3}};
+  const auto every_case = [&] {
+    std::uint32_t seed = 980;
+    for (const auto& hh : heads) {
+      for (std::int64_t d : {128, 64, 40}) {
+        for (std::int64_t bs : {16, 7, 0}) {
+          CacheCase cc;
+          cc.lens = {37, 5, 130, 1, 258};
+          cc.h = hh[0], cc.hk = hh[1], cc.d = d, cc.block_size = bs, cc.bias = seed % 2 ? 1 : 3;
+          cc.kvt = seed % 3 == 0 ? DType::kFloat16 : DType::kFloat32;
+          cc.left = seed % 4 == 0 ? 50 : -1;
+          cc.seed = seed++;
+          check_cache_case(cc);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  };
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    every_case();
+    if (HasFatalFailure()) break;
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Append n new keys to a cache, then attend with the lengths + n: the same
