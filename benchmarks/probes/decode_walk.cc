@@ -25,11 +25,12 @@
 // its arithmetic (paged_decode.h), in the kernel's AVX2 code
 // (PagedDecodeAvx2: the same bytes as shuffled 64 KiB pages, the kernel's
 // tiles and prefetch, no softmax), against a plain read of K and V as posbias-bench reads them on
-// AVX2 (256-bit loads, four sums). On a CPU with AVX-512 a third walks K
-// alone with a copy of the kernel's grouped-query score tile (TileWalk)
-// and a fourth runs the paged decode in the kernel's AVX-512 code
-// (PagedDecode: 4 x 4 score tiles, the four-row value tile), both against
-// a 512-bit read (as the bench's on AVX-512). Where the kernel's
+// AVX2 (256-bit loads, four sums); its key-major rows walk both passes a
+// tile's keys (the value pass: 4) for every kv head in turn, as the
+// kernel's value pass has done since 2026-12-07 (DecValuesKeyMajor). On a CPU with AVX-512 a third
+// walks K alone with a copy of the kernel's grouped-query score tile (TileWalk) and a fourth runs
+// the paged decode in the kernel's AVX-512 code (PagedDecode: 4 x 4 score tiles, the four-row value
+// tile), both against a 512-bit read (as the bench's on AVX-512). Where the kernel's
 // `fraction_of_read` (posbias-bench's paged case; `posbias-attention-loop
 // paged_decode --target AVX2` for the AVX2 code on an AVX-512 CPU) is its
 // paged table's, its own bookkeeping costs nothing from memory and the gap
