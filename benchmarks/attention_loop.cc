@@ -14,8 +14,9 @@
 // (decode_gqa's values with K and V laid out [1, j, hk, d], a key
 // position's kv heads side by side as in a paged cache: its tasks hold
 // several kv heads, as the paged decode's do), decode_f32_slab,
-// decode_f16_slab and decode_gqa_f16_slab (decode_f32's, decode_f16's and
-// decode_gqa's values in float16 laid out so), prefill_causal,
+// decode_f16_slab, decode_gqa_f16_slab and decode_gqa_bf16_slab
+// (decode_f32's, decode_f16's and decode_gqa's values, the last two in 16
+// bits, laid out so), decode_gqa_f16 (decode_gqa in float16), prefill_causal,
 // prefill_noncausal (ALiBi, h 16, i = j = 2048, d 64), prefill_nobias
 // (prefill_causal without a bias), prefill_bf16kv (prefill_causal with K
 // and V in bfloat16, q float32), prefill_gqa_f16kv (causal ALiBi, h 32 on
@@ -74,6 +75,8 @@ const std::map<std::string, LoopCase>& loop_cases() {
       {"decode_f16_slab", {32, 32, 1, 32768, 128, DType::kFloat16, true, true}},
       {"decode_f32_slab", {32, 32, 1, 32768, 128, DType::kFloat32, true, true}},
       {"decode_gqa_f16_slab", {32, 8, 1, 32768, 128, DType::kFloat16, true, true}},
+      {"decode_gqa_bf16_slab", {32, 8, 1, 32768, 128, DType::kBFloat16, true, true}},
+      {"decode_gqa_f16", {32, 8, 1, 32768, 128, DType::kFloat16, true}},
       {"decode_bf16", {32, 32, 1, 32768, 128, DType::kBFloat16, true}},
       {"prefill_causal", {16, 16, 2048, 2048, 64, DType::kFloat32, true}},
       {"prefill_noncausal", {16, 16, 2048, 2048, 64, DType::kFloat32, false}},

@@ -291,7 +291,8 @@ HWY_INLINE void DecScoreTile(DF df, const float* HWY_RESTRICT q, std::int64_t d,
 // max_lim keys (on AVX2 and AVX-512 the common cases go first, for whole
 // groups of N keys: DecScoresDenseTile for four rows of one kv head in a
 // dense cache, DecScoresRunTiles for four rows a kv head over several kv
-// heads side by side or a paged cache, DecScoresDenseRow for one row):
+// heads side by side or a paged cache, or of one kv head's 16-bit rows,
+// DecScoresDenseRow for one row):
 // N keys at a time for each kv head's rows (so a group's K
 // rows, all heads of a key position side by side in a paged cache, are
 // read from memory once and by the other rows from L1). Columns past
@@ -308,8 +309,8 @@ void DecScores(DF df, const AttentionParams& p, const AttentionTask& t, std::int
   std::int64_t done = 0;
   if constexpr (std::is_same_v<TK, float>) {
     done = DecScoresDenseTile(df, p, t, max_lim, cols, k, cross, own_ahead, w);
-    if (done == 0) done = DecScoresRunTiles(df, p, t, max_lim, cols, k, w);
   }
+  if (done == 0) done = DecScoresRunTiles(df, p, t, max_lim, cols, k, w);
   if (done == 0) done = DecScoresDenseRow(df, p, t, max_lim, cols, k, cross, own_ahead, w);
   auto walk = k.StartGroups(n, nkv);
   // (done: whole groups, nkv places each; the rest's prefetch walk starts

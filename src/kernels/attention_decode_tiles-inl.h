@@ -131,11 +131,12 @@ HWY_INLINE std::int64_t DecScoresDenseRow(DF, const AttentionParams&, const Atte
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 // DecQuadTile's FMAs at columns [x, x + N) of d = 128: four query rows q
-// (stride 128) by K key rows r, r + st, ... into acc[row * K + key] (set at
-// x = 0), q's four vectors loaded once for the K keys (held in registers
-// where kHeld, so that GCC does not fold them into each FMA).
-template <int K, bool kHeld>
-HWY_INLINE void DecQuadStep(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+// (stride 128) by K key rows r, r + st, ... (their dtype TK, in its read
+// order, DecLoadVec) into acc[row * K + key] (set at x = 0), q's four
+// vectors loaded once for the K keys (held in registers where kHeld, so
+// that GCC does not fold them into each FMA).
+template <int K, bool kHeld, typename TK>
+HWY_INLINE void DecQuadStep(DF df, const float* HWY_RESTRICT q, const TK* HWY_RESTRICT r,
                             std::int64_t st, std::int64_t x, VF* acc) {
   constexpr std::int64_t kD = 128;
   VF qv[4];
@@ -149,7 +150,7 @@ HWY_INLINE void DecQuadStep(DF df, const float* HWY_RESTRICT q, const float* HWY
   }
 #pragma GCC unroll 4
   for (int u = 0; u < K; ++u) {
-    const VF kv = hn::LoadU(df, r + u * st + x);
+    const VF kv = DecLoadVec(df, r + u * st, x, kD);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       acc[i * K + u] = x == 0 ? hn::Mul(qv[i], kv) : hn::MulAdd(qv[i], kv, acc[i * K + u]);
@@ -172,9 +173,10 @@ HWY_DIAGNOSTICS(push)
 HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wmaybe-uninitialized")
 //
 // pf, when not null: four rows (of 128 floats) to prefetch, a line of
-// each with each chunk's FMAs (kToL2: into L2).
-template <bool kToL2>
-HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+// each with each chunk's FMAs (kToL2: into L2). Key rows of 16 bits (TK)
+// are widened in registers (the paged and slab run tiles; pf null).
+template <bool kToL2, typename TK = float>
+HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const TK* HWY_RESTRICT r,
                             std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
                             const char* const* pf) {
   constexpr std::int64_t kD = 128;
@@ -185,7 +187,7 @@ HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) DecPrefetchLineT<kToL2>(pf[u] + x * 4);
     }
-    DecQuadStep<4, false>(df, q, r, st, x, acc);
+    DecQuadStep<4, false, TK>(df, q, r, st, x, acc);
   }
   // Row i's 4 key sums per 128-bit block, then the blocks summed: lane
   // 4 i + u of `out` is row i's score of key u.
@@ -214,9 +216,10 @@ constexpr std::int64_t kDecQuadKeys = 4;
 // vectors, fully unrolled, q's four vectors of each step held in
 // registers (8 sums, 4 q vectors and a key vector: 13 of the 16). pf, when
 // not null: two rows to prefetch, a line with each step's FMAs (16 steps,
-// 8 lines a row), into L2 where kToL2.
-template <bool kToL2>
-HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY_RESTRICT r,
+// 8 lines a row), into L2 where kToL2; float32 rows only. Key rows of 16
+// bits (TK) are widened in registers (the paged and slab run tiles).
+template <bool kToL2, typename TK = float>
+HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const TK* HWY_RESTRICT r,
                             std::int64_t st, float* HWY_RESTRICT s, std::int64_t cols,
                             const char* const* pf) {
   constexpr std::int64_t kD = 128, n = 8;
@@ -224,7 +227,7 @@ HWY_INLINE void DecQuadTile(DF df, const float* HWY_RESTRICT q, const float* HWY
 #pragma GCC unroll 16
   for (std::int64_t x = 0; x < kD; x += n) {
     if (pf != nullptr) DecPrefetchLineT<kToL2>(pf[(x / n) % 2] + (x / (2 * n)) * 64);
-    DecQuadStep<2, true>(df, q, r, st, x, acc);
+    DecQuadStep<2, true, TK>(df, q, r, st, x, acc);
   }
   // Lane 2 i + u: row i's score of key u; rows 0 and 1 in the lower 128
   // bits, 2 and 3 in the upper.
@@ -328,14 +331,22 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF df, const AttentionParams& p, cons
 // code's 4 x 2 tiles against its general ones (an AVX-512 Xeon running its
 // AVX2 code): paged decode 0.989x the time from memory, the slab 0.984,
 // 0.90 with the slab in L2 on one thread (forty-sixth round).
+// float16 and bfloat16 rows take them too (widened in registers), and so
+// does one kv head of 16-bit rows in a dense cache (its float32 rows take
+// DecScoresDenseTile): against the general tiles, with the cache in L3
+// (2048 keys, two threads), a float16 grouped-query decode took 0.92x the
+// time dense and 0.97x in slabs, bfloat16 in slabs 0.96x (AVX-512 code;
+// AVX2 code 0.99x); from memory 1.00x (forty-seventh round).
+template <typename TK>
 HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const AttentionTask& t,
                                           std::int64_t max_lim, std::int64_t cols,
-                                          const DecRows<float>& k, AttentionWork& w) {
+                                          const DecRows<TK>& k, AttentionWork& w) {
   constexpr std::int64_t kD = 128, kN = 16;
+  constexpr std::int64_t kRowBytes = kD * static_cast<std::int64_t>(sizeof(TK));
   const std::int64_t kv1 = DecLastKvHead(p, t), nkv = kv1 - t.kvh + 1;
   if (p.d != kD || !t.k_direct || p.key_mask != nullptr || k.ahead < 1 || k.ahead > kN ||
-      (nkv == 1 && p.key_layout != KeyLayout::kPaged)) {
-    return 0;
+      (nkv == 1 && p.key_layout != KeyLayout::kPaged && std::is_same_v<TK, float>)) {
+    return 0;  // (one kv head's float32 rows in a dense cache: DecScoresDenseTile)
   }
   // Four rows a kv head, the kv heads' rows one after another (their q
   // and score rows are stepped, not looked up per group).
@@ -356,13 +367,13 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
       bool run = true;
       for (std::int64_t u = 1; paged && u < kN; ++u) run = run && k.at[c + u] == a0 + u * st;
       if (!run) break;
-      const float* HWY_RESTRICT rows = k.base + a0;
+      const TK* HWY_RESTRICT rows = k.base + a0;
       const float* HWY_RESTRICT q = w.q.get() + r0 * kD;
       float* HWY_RESTRICT s = w.s.get() + r0 * cols + c;
       // The next place's first `ahead` rows: this group's next kv head
       // (rows + step on), or after the last the next group's first (clamped
       // to the prefetch range).
-      const float* after[kN];
+      const TK* after[kN];
       for (std::int64_t i = 0; i < k.ahead; ++i)
         after[i] = k.base + k.at[std::min(c + kN + i, last)];
       for (std::int64_t kv = 0; kv < nkv; ++kv, rows += step, q += 4 * kD, s += 4 * cols) {
@@ -372,15 +383,15 @@ HWY_INLINE std::int64_t DecScoresRunTiles(DF df, const AttentionParams& p, const
 #pragma GCC unroll 4
           for (std::int64_t i = 0; i < kDecQuadKeys; ++i) {
             const std::int64_t x = u + i + k.ahead;  // the key `ahead` on, in walk order
-            const float* pr = x < kN ? rows + x * st
-                              : more ? rows + step + (x - kN) * st
-                                     : after[x - kN];
+            const TK* pr = x < kN ? rows + x * st
+                           : more ? rows + step + (x - kN) * st
+                                  : after[x - kN];
             const char* pb = reinterpret_cast<const char*>(pr);
 #pragma GCC unroll 8
-            for (std::int64_t b = 0; b < kD * 4; b += 64)
+            for (std::int64_t b = 0; b < kRowBytes; b += 64)
               DecPrefetchLineT<decltype(l2_tag)::value>(pb + b);
           }
-          DecQuadTile<false>(df, q, rows + u * st, st, s + u, cols, nullptr);
+          DecQuadTile<false, TK>(df, q, rows + u * st, st, s + u, cols, nullptr);
         }
       }
     }
@@ -394,8 +405,9 @@ HWY_INLINE std::int64_t DecScoresDenseTile(DF, const AttentionParams&, const Att
                                            const DecCross*, bool, AttentionWork&) {
   return 0;  // the general tiles below
 }
+template <typename TK>
 HWY_INLINE std::int64_t DecScoresRunTiles(DF, const AttentionParams&, const AttentionTask&,
-                                          std::int64_t, std::int64_t, const DecRows<float>&,
+                                          std::int64_t, std::int64_t, const DecRows<TK>&,
                                           AttentionWork&) {
   return 0;
 }
